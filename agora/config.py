@@ -1,0 +1,224 @@
+"""A training run is one YAML file, validated here.
+
+Every section forbids unknown keys so a typo (``learning_rte``) fails loudly instead of silently
+using a default. ``load_config`` turns pydantic's errors into one message per bad field, naming
+the dotted path (``ppo.clip_range: Input should be less than 1``), which is what the CLI prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A run config that cannot be used; the message names each bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SamplingConfig(_Strict):
+    """How an agent samples its turn from the policy server."""
+
+    temperature: float = Field(1.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(6, ge=1, le=4096)
+    stop: list[str] = Field(default_factory=lambda: ["]"])
+
+
+class BaseModelConfig(_Strict):
+    """One base model = one vLLM policy server; agents on it are LoRA adapters."""
+
+    model: str = Field(..., description="smollm2-135m, tiny-random, a HF id or a local folder")
+    port: int = Field(8100, ge=1024, le=65535)
+    max_model_len: int = Field(512, ge=64)
+    max_loras: int = Field(2, ge=1)
+    max_lora_rank: int = Field(16, ge=1)
+    # Extra `python -m vllm.entrypoints.openai.api_server` flags, passed through verbatim.
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class AgentConfig(_Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,62}$")
+    base: str = Field(..., description="key into `models`")
+    trainable: bool = True
+    lora_rank: int = Field(16, ge=1, le=256)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+
+
+class EnvironmentConfig(_Strict):
+    name: Literal["tictactoe"] = "tictactoe"
+    # Which agent sits in each seat for self-play episodes (a shared policy repeats its name).
+    seats: list[str]
+    # Fraction of episodes played against each opponent: "self" (the seats above) or a scripted
+    # bot name ("random", "minimax"). In bot episodes the learner takes a random seat.
+    opponents: dict[str, float] = Field(default_factory=lambda: {"self": 1.0})
+    illegal_move_penalty: float = -1.0
+    prefill: str = Field("[", description="text the assistant turn starts with")
+
+    @model_validator(mode="after")
+    def _check_opponents(self) -> EnvironmentConfig:
+        known = {"self", "random", "minimax"}
+        unknown = set(self.opponents) - known
+        if unknown:
+            raise ValueError(f"unknown opponent(s) {sorted(unknown)}; choose from {sorted(known)}")
+        if any(w < 0 for w in self.opponents.values()) or sum(self.opponents.values()) <= 0:
+            raise ValueError("opponent weights must be >= 0 and not all zero")
+        return self
+
+
+class RewardConfig(_Strict):
+    verifier: Literal["game_outcome"] = "game_outcome"
+    win: float = 1.0
+    draw: float = 0.0
+    loss: float = -1.0
+
+
+class PPOConfig(_Strict):
+    """Token-level PPO on LoRA (see agora/algos/ppo.py for how each knob enters the loss)."""
+
+    learning_rate: float = Field(5e-4, gt=0.0, lt=1.0)
+    value_learning_rate: float = Field(1e-3, gt=0.0, lt=1.0)
+    batch_turns: int = Field(32, ge=1, description="agent turns per update")
+    minibatch_turns: int = Field(16, ge=1)
+    epochs: int = Field(1, ge=1, le=16)
+    clip_range: float = Field(0.2, gt=0.0, lt=1.0)
+    kl_coef: float = Field(0.02, ge=0.0)
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    entropy_coef: float = Field(0.0, ge=0.0)
+    max_staleness: int = Field(1, ge=0, description="drop episodes older than this many versions")
+    checkpoint_every: int = Field(1, ge=1)
+    max_updates: int | None = Field(None, ge=1)
+    max_minutes: float | None = Field(None, gt=0.0)
+    bf16: bool = True
+    torch_threads: int = Field(2, ge=1)
+
+
+class WorkersConfig(_Strict):
+    count: int = Field(1, ge=1, le=64)
+    concurrency: int = Field(8, ge=1, le=256, description="episodes in flight per worker")
+    # Episodes queued ahead of the trainer; bounded so rollouts never run far past max_staleness.
+    queue_ahead: int = Field(64, ge=1)
+    # Seconds after which a task taken by a dead worker goes back to the queue.
+    visibility_timeout: int = Field(60, ge=5)
+
+
+class ServicesConfig(_Strict):
+    host: str = "127.0.0.1"
+    redis_port: int = Field(6390, ge=1024, le=65535)
+    reward_port: int = Field(8201, ge=1024, le=65535)
+    gateway_port: int = Field(8200, ge=1024, le=65535)
+    trainer_metrics_port: int = Field(8202, ge=1024, le=65535)
+    health_timeout_s: float = Field(300.0, gt=0)
+
+
+class EvalConfig(_Strict):
+    games: int = Field(200, ge=1)
+    opponents: list[Literal["random", "minimax"]] = Field(
+        default_factory=lambda: ["random", "minimax"]
+    )
+
+
+class RunConfig(_Strict):
+    name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
+    seed: int = 0
+    output_dir: str = "runs"
+    models: dict[str, BaseModelConfig]
+    agents: list[AgentConfig] = Field(..., min_length=1)
+    environment: EnvironmentConfig
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    services: ServicesConfig = Field(default_factory=ServicesConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> RunConfig:
+        names = [a.name for a in self.agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agents: duplicate agent names in {names}")
+        for agent in self.agents:
+            if agent.base not in self.models:
+                raise ValueError(
+                    f"agents.{agent.name}.base: '{agent.base}' is not a key of models "
+                    f"({sorted(self.models)})"
+                )
+            if agent.lora_rank > self.models[agent.base].max_lora_rank:
+                raise ValueError(
+                    f"agents.{agent.name}.lora_rank: {agent.lora_rank} exceeds "
+                    f"models.{agent.base}.max_lora_rank={self.models[agent.base].max_lora_rank}"
+                )
+        for seat in self.environment.seats:
+            if seat not in names:
+                raise ValueError(f"environment.seats: '{seat}' is not an agent ({names})")
+        ports = self.all_ports()
+        if len(set(ports.values())) != len(ports):
+            raise ValueError(f"services/models: two services share a port: {ports}")
+        return self
+
+    def agent(self, name: str) -> AgentConfig:
+        for agent in self.agents:
+            if agent.name == name:
+                return agent
+        raise KeyError(name)
+
+    @property
+    def trainable_agents(self) -> list[AgentConfig]:
+        return [a for a in self.agents if a.trainable]
+
+    def all_ports(self) -> dict[str, int]:
+        """Every TCP port the embedded stack binds, by service name."""
+        ports = {
+            "redis": self.services.redis_port,
+            "reward": self.services.reward_port,
+            "gateway": self.services.gateway_port,
+            "trainer": self.services.trainer_metrics_port,
+        }
+        for key, model in self.models.items():
+            ports[f"policy-{key}"] = model.port
+        return ports
+
+    def policy_url(self, agent_name: str) -> str:
+        model = self.models[self.agent(agent_name).base]
+        return f"http://{self.services.host}:{model.port}"
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        path = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        msg = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {path}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: object, source: str = "<config>") -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source} is not a valid run config:\n{_format_errors(err)}") from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_config(data, str(path))

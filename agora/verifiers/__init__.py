@@ -1,0 +1,1 @@
+"""Verifiers: turn what happened in an episode into rewards, checking it independently."""

