@@ -9,7 +9,7 @@ against it is draw.
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from functools import cache
 from typing import Protocol
 
 from agora.envs.tictactoe import MARKS, TicTacToe, winner_of
@@ -28,12 +28,18 @@ class RandomBot:
         return rng.choice(env.legal_actions())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _minimax_value(board: tuple[str, ...], to_move: str) -> int:
-    """Game value for 'X' (+1 win, 0 draw, -1 loss) with perfect play from ``board``."""
+    """Game value for 'X' with perfect play from ``board``: > 0 win, 0 draw, < 0 loss.
+
+    The size is 1 + the cells left empty at the end, so a sooner win scores higher and a later
+    loss less badly. Without it every forced win ties with winning now (the bot might not take
+    an immediate win) and, in a lost position, every move ties (it might not block a threat).
+    """
     won = winner_of(list(board))
     if won:
-        return 1 if won == "X" else -1
+        score = 1 + board.count("")
+        return score if won == "X" else -score
     free = [i for i, m in enumerate(board) if not m]
     if not free:
         return 0

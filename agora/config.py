@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from agora.envs import ENVS
 
 
 class ConfigError(ValueError):
@@ -19,7 +29,8 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No NaN/inf: YAML's .nan passes no range check and would poison rewards or the loss.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SamplingConfig(_Strict):
@@ -66,15 +77,24 @@ class EnvironmentConfig(_Strict):
     illegal_move_penalty: float = -1.0
     prefill: str = Field("[", description="text the assistant turn starts with")
 
-    @model_validator(mode="after")
-    def _check_opponents(self) -> EnvironmentConfig:
+    @field_validator("seats")
+    @classmethod
+    def _one_agent_per_seat(cls, seats: list[str], info: ValidationInfo) -> list[str]:
+        name = info.data.get("name")
+        if name in ENVS and len(seats) != ENVS[name].num_seats:
+            raise ValueError(f"{name} has {ENVS[name].num_seats} seats, got {len(seats)}")
+        return seats
+
+    @field_validator("opponents")
+    @classmethod
+    def _check_opponents(cls, opponents: dict[str, float]) -> dict[str, float]:
         known = {"self", "random", "minimax"}
-        unknown = set(self.opponents) - known
+        unknown = set(opponents) - known
         if unknown:
             raise ValueError(f"unknown opponent(s) {sorted(unknown)}; choose from {sorted(known)}")
-        if any(w < 0 for w in self.opponents.values()) or sum(self.opponents.values()) <= 0:
+        if any(w < 0 for w in opponents.values()) or sum(opponents.values()) <= 0:
             raise ValueError("opponent weights must be >= 0 and not all zero")
-        return self
+        return opponents
 
 
 class RewardConfig(_Strict):
@@ -163,9 +183,16 @@ class RunConfig(_Strict):
         for seat in self.environment.seats:
             if seat not in names:
                 raise ValueError(f"environment.seats: '{seat}' is not an agent ({names})")
-        ports = self.all_ports()
-        if len(set(ports.values())) != len(ports):
-            raise ValueError(f"services/models: two services share a port: {ports}")
+        port_fields = {
+            f"services.{key}": getattr(self.services, key)
+            for key in ("redis_port", "reward_port", "gateway_port", "trainer_metrics_port")
+        }
+        port_fields.update({f"models.{key}.port": m.port for key, m in self.models.items()})
+        seen: dict[int, str] = {}
+        for path, port in port_fields.items():
+            if port in seen:
+                raise ValueError(f"{path}: port {port} is already used by {seen[port]}")
+            seen[port] = path
         return self
 
     def agent(self, name: str) -> AgentConfig:
@@ -198,15 +225,18 @@ class RunConfig(_Strict):
 def _format_errors(err: ValidationError) -> str:
     lines = []
     for item in err.errors():
-        path = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        path = ".".join(str(p) for p in item["loc"])
         msg = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {path}: {msg}")
+        # Cross-field checks fail at the top level and name their own path in the message.
+        lines.append(f"  {path}: {msg}" if path else f"  {msg}")
     return "\n".join(lines)
 
 
 def parse_config(data: object, source: str = "<config>") -> RunConfig:
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: expected a mapping at the top level, got {type(data).__name__}"
+        )
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
@@ -219,6 +249,8 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"config file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     return parse_config(data, str(path))

@@ -24,7 +24,10 @@ MARKS = ("O", "X")  # seat 0 is 'O' and moves first, as in TextArena
 
 
 def parse_move(text: str) -> int | None:
-    """The cell named by the first ``[n]`` in ``text``; None when there is none."""
+    """The cell named by the first ``[n]`` in ``text``; None when there is none.
+
+    Raises ValueError when ``n`` has more digits than ``int()`` converts (over 4300).
+    """
     match = MOVE_PATTERN.search(text)
     return int(match.group(1)) if match else None
 
@@ -103,7 +106,10 @@ class TicTacToe:
             raise RuntimeError("step() on a finished game")
         seat = self._seat
         self.history.append(action)
-        cell = parse_move(action)
+        try:
+            cell = parse_move(action)
+        except ValueError:  # more digits than int() converts (4300): far off the board anyway
+            return self._forfeit(seat, "the cell number is not between 0 and 8")
         if cell is None:
             return self._forfeit(seat, "the move does not follow the [n] format")
         if not 0 <= cell <= 8:

@@ -9,12 +9,16 @@ ends normally gives every move of a seat that seat's outcome (win/draw/loss).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agora.envs import make_env
 
 
 class RewardScheme(BaseModel):
+    # A misspelt key must not silently fall back to a default, and NaN/inf would come back as
+    # JSON null rewards that the worker cannot use.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
     win: float = 1.0
     draw: float = 0.0
     loss: float = -1.0
@@ -22,7 +26,9 @@ class RewardScheme(BaseModel):
 
 
 class GameVerdict(BaseModel):
-    results: list[str] = Field(..., description="per seat: win | loss | draw | illegal | unfinished")
+    results: list[str] = Field(
+        ..., description="per seat: win | loss | draw | illegal | unfinished"
+    )
     seat_rewards: list[float]
     turn_rewards: list[float] = Field(..., description="one per recorded action, in order")
     legal: list[bool]
@@ -34,7 +40,9 @@ class InvalidEpisode(ValueError):
     """The actions do not form a game (e.g. moves after the game ended)."""
 
 
-def verify_game(env_name: str, actions: list[str], scheme: RewardScheme, seed: int = 0) -> GameVerdict:
+def verify_game(
+    env_name: str, actions: list[str], scheme: RewardScheme, seed: int = 0
+) -> GameVerdict:
     env = make_env(env_name)
     env.reset(seed)
     seats_of_turn: list[int] = []
@@ -50,7 +58,9 @@ def verify_game(env_name: str, actions: list[str], scheme: RewardScheme, seed: i
         return GameVerdict(results=results, seat_rewards=[0.0] * env.num_seats,
                            turn_rewards=[0.0] * len(actions), legal=legal, finished=False)
     results = [outcome.result_for(s) for s in range(env.num_seats)]
-    by_result = {"win": scheme.win, "draw": scheme.draw, "loss": scheme.loss, "illegal": scheme.illegal}
+    by_result = {
+        "win": scheme.win, "draw": scheme.draw, "loss": scheme.loss, "illegal": scheme.illegal
+    }
     seat_rewards = [by_result[r] for r in results]
     turn_rewards = []
     for index, seat in enumerate(seats_of_turn):

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agora.envs import ENVS
@@ -28,6 +31,14 @@ class VerifyRequest(BaseModel):
 
 app = FastAPI(title="agora reward service", version="0.1.0")
 instrument(app, "reward")
+
+
+@app.exception_handler(RequestValidationError)
+async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's own 422, minus the echoed inputs: a NaN among them cannot be written as JSON,
+    which turned the 422 into a 500 (and echoing a 2 MB body back helps no one)."""
+    errors = [{k: v for k, v in err.items() if k != "input"} for err in exc.errors()]
+    return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
 
 
 @app.get("/health")

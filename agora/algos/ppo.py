@@ -1,0 +1,310 @@
+"""Token-level PPO on a LoRA adapter, for one agent. Read top to bottom, like CleanRL's ppo.py.
+
+One ``PPOLearner`` per trainable agent (multi-model PPO = several of these side by side). Each
+agent turn is one sequence: prompt tokens (the env's view + prefill) then completion tokens (what
+vLLM sampled). Only completion tokens are actions. The turn's reward, decided by the reward
+service, lands on its last token.
+
+Per update:
+1. One no-grad forward with the adapter *disabled* (= the frozen reference policy) gives, at
+   each completion position, the reference logprob (for the KL penalty) and the hidden state the
+   critic reads. Why the critic reads the frozen base's features: it costs no extra forward and
+   keeps value gradients out of the adapter, so the policy's few LoRA parameters serve the
+   policy alone. The value head is a small MLP trained on those features.
+2. Per-token reward = -kl_coef * (logp_behaviour - logp_ref), plus the turn reward on the last
+   token; GAE(gamma, lambda) over the completion tokens gives advantages and returns.
+3. For ``epochs`` passes over minibatches: forward with the adapter on, ratio against the
+   *behaviour* logprobs vLLM reported (rollouts run asynchronously, so the behaviour policy may
+   be up to ``max_staleness`` versions old; the clipped ratio is also the off-policy correction),
+   clipped surrogate loss, optional entropy bonus, grad-norm clip, AdamW step.
+   The value head is fitted to the returns with its own optimizer.
+
+Memory: logits are computed only at completion positions (a few tokens per turn), never over the
+whole 49k-token vocabulary at every prompt position.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agora.config import AgentConfig, PPOConfig
+
+
+@dataclass
+class TurnSample:
+    """One agent turn, as the trainer learns from it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logprobs: list[float]
+    reward: float
+    version: int = 0
+    role: str = ""
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [B, T] right-padded
+    attention_mask: torch.Tensor  # [B, T]
+    pred_index: torch.Tensor  # [N] flat index into B*T of the position predicting each action
+    labels: torch.Tensor  # [N] the action token ids
+    seq_of_token: torch.Tensor  # [N] which sample each action token belongs to
+    behaviour_logprobs: torch.Tensor  # [N]
+    rewards: torch.Tensor  # [B]
+
+
+def collate(samples: list[TurnSample], pad_id: int) -> Batch:
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+    width = max(lengths)
+    input_ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(samples), width), dtype=torch.long)
+    pred_index, labels, seq_of_token, behaviour = [], [], [], []
+    for row, s in enumerate(samples):
+        ids = s.prompt_ids + s.completion_ids
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+        for k, token in enumerate(s.completion_ids):
+            # The logits at position p predict token p+1: action k sits at len(prompt)+k.
+            pred_index.append(row * width + len(s.prompt_ids) + k - 1)
+            labels.append(token)
+            seq_of_token.append(row)
+        behaviour.extend(s.behaviour_logprobs)
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        pred_index=torch.tensor(pred_index),
+        labels=torch.tensor(labels),
+        seq_of_token=torch.tensor(seq_of_token),
+        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32),
+        rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
+    )
+
+
+def gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    seq_of_token: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation within each turn (tokens of one sequence are contiguous
+    and in order in the flat layout; the value after a turn's last token is 0)."""
+    advantages = torch.zeros_like(token_rewards)
+    last_adv = 0.0
+    next_value = 0.0
+    for i in range(len(token_rewards) - 1, -1, -1):
+        if i == len(token_rewards) - 1 or seq_of_token[i + 1] != seq_of_token[i]:
+            last_adv, next_value = 0.0, 0.0  # a new sequence starts here (walking backwards)
+        delta = token_rewards[i] + gamma * next_value - values[i]
+        last_adv = delta + gamma * lam * last_adv
+        advantages[i] = last_adv
+        next_value = values[i]
+    return advantages, advantages + values
+
+
+def masked_whiten(x: torch.Tensor) -> torch.Tensor:
+    if x.numel() < 2:
+        return x
+    return (x - x.mean()) / (x.std() + 1e-8)
+
+
+class ValueHead(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(hidden, 128), nn.Tanh(), nn.Linear(128, 1))
+        nn.init.zeros_(self.net[-1].weight)
+        nn.init.zeros_(self.net[-1].bias)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features.float()).squeeze(-1)
+
+
+class PPOLearner:
+    """An agent's model (base + LoRA via PEFT), critic and optimizers."""
+
+    def __init__(self, model_path: str, agent: AgentConfig, ppo: PPOConfig, seed: int = 0) -> None:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.manual_seed(seed)
+        torch.set_num_threads(ppo.torch_threads)
+        self.agent = agent
+        self.ppo = ppo
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id or 0
+        base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        base.config.use_cache = False
+        lora = LoraConfig(
+            r=agent.lora_rank,
+            lora_alpha=agent.lora_alpha,
+            lora_dropout=agent.lora_dropout,
+            target_modules=list(agent.lora_targets),
+            task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(base, lora)
+        self.value_head = ValueHead(base.config.hidden_size)
+        self.policy_params = [p for p in self.model.parameters() if p.requires_grad]
+        self.policy_opt = torch.optim.AdamW(self.policy_params, lr=ppo.learning_rate,
+                                            weight_decay=0.0)
+        self.value_opt = torch.optim.AdamW(self.value_head.parameters(),
+                                           lr=ppo.value_learning_rate)
+        self.updates = 0
+
+    # --- forward helpers ------------------------------------------------------------------
+    def _causal_lm(self):
+        return self.model.get_base_model()
+
+    def _autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.ppo.bf16)
+
+    def _action_hidden(self, batch: Batch, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states at the positions that predict each action token."""
+        lm = self._causal_lm()
+        ids, mask = batch.input_ids, batch.attention_mask
+        if rows is not None:
+            ids, mask = ids[rows], mask[rows]
+        hidden = lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return hidden.reshape(-1, hidden.shape[-1])
+
+    def _logprobs(self, hidden_at_actions: torch.Tensor, labels: torch.Tensor):
+        logits = self._causal_lm().lm_head(hidden_at_actions).float()
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+
+    # --- the update -----------------------------------------------------------------------
+    def update(self, samples: list[TurnSample]) -> dict[str, float]:
+        samples = [s for s in samples if s.completion_ids]
+        if not samples:
+            return {}
+        started = time.perf_counter()
+        ppo = self.ppo
+        batch = collate(samples, self.pad_id)
+
+        # 1. Reference logprobs and critic features, adapter off, no grad.
+        with torch.no_grad(), self._autocast(), self.model.disable_adapter():
+            ref_hidden = self._action_hidden(batch)[batch.pred_index].float()
+            ref_logp, _ = self._logprobs(ref_hidden, batch.labels)
+            values = self.value_head(ref_hidden)
+
+        # 2. Per-token rewards (KL penalty + turn reward on the last token), then GAE.
+        old_logp = batch.behaviour_logprobs
+        kl = old_logp - ref_logp
+        token_rewards = -ppo.kl_coef * kl
+        is_last = torch.ones_like(batch.seq_of_token, dtype=torch.bool)
+        is_last[:-1] = batch.seq_of_token[1:] != batch.seq_of_token[:-1]
+        token_rewards[is_last] += batch.rewards
+        advantages, returns = gae(token_rewards, values, batch.seq_of_token, ppo.gamma,
+                                  ppo.gae_lambda)
+        advantages = masked_whiten(advantages)
+
+        # 3. PPO epochs over minibatches of turns.
+        self.model.train()
+        stats: dict[str, list[float]] = {k: [] for k in
+                                         ("pg_loss", "entropy", "clipfrac", "ratio", "vf_loss")}
+        generator = torch.Generator().manual_seed(self.updates)
+        for _epoch in range(ppo.epochs):
+            order = torch.randperm(len(samples), generator=generator)
+            for start in range(0, len(samples), ppo.minibatch_turns):
+                rows = order[start : start + ppo.minibatch_turns]
+                token_sel = torch.isin(batch.seq_of_token, rows)
+                # Map the selected tokens' flat positions into the minibatch's own layout.
+                width = batch.input_ids.shape[1]
+                row_pos = {int(r): i for i, r in enumerate(rows)}
+                flat = batch.pred_index[token_sel]
+                local = torch.tensor([row_pos[int(f) // width] * width + int(f) % width
+                                      for f in flat])
+                with self._autocast():
+                    hidden = self._action_hidden(batch, rows)[local].float()
+                    new_logp, entropy = self._logprobs(hidden, batch.labels[token_sel])
+                log_ratio = new_logp - old_logp[token_sel]
+                ratio = log_ratio.exp()
+                adv = advantages[token_sel]
+                pg_loss = torch.max(
+                    -adv * ratio, -adv * ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range)
+                ).mean()
+                loss = pg_loss - ppo.entropy_coef * entropy.mean()
+                self.policy_opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy_params, ppo.max_grad_norm)
+                self.policy_opt.step()
+
+                v_pred = self.value_head(ref_hidden[token_sel])
+                vf_loss = F.mse_loss(v_pred, returns[token_sel])
+                self.value_opt.zero_grad(set_to_none=True)
+                vf_loss.backward()
+                self.value_opt.step()
+
+                stats["pg_loss"].append(pg_loss.item())
+                stats["entropy"].append(entropy.mean().item())
+                stats["clipfrac"].append(float(((ratio - 1).abs() > ppo.clip_range).float().mean()))
+                stats["ratio"].append(ratio.mean().item())
+                stats["vf_loss"].append(vf_loss.item())
+        self.model.eval()
+        self.updates += 1
+        out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+        out.update(
+            kl=float(kl.mean()),
+            reward_mean=float(batch.rewards.mean()),
+            value_mean=float(values.mean()),
+            turns=float(len(samples)),
+            tokens=float(batch.attention_mask.sum()),
+            update_s=time.perf_counter() - started,
+        )
+        return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
+
+    # --- persistence ----------------------------------------------------------------------
+    def save_adapter(self, path: Path) -> Path:
+        """A PEFT adapter folder that vLLM's /v1/load_lora_adapter accepts."""
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path))
+        return path
+
+    def save_checkpoint(self, path: Path, meta: dict) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.save_adapter(path / "adapter")
+        torch.save(
+            {
+                "value_head": self.value_head.state_dict(),
+                "policy_opt": self.policy_opt.state_dict(),
+                "value_opt": self.value_opt.state_dict(),
+                "updates": self.updates,
+            },
+            path / "trainer_state.pt",
+        )
+        (path / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    def load_checkpoint(self, path: Path) -> dict:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        adapter = load_file(str(path / "adapter" / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(self.model, adapter)
+        if getattr(result, "unexpected_keys", None):
+            raise RuntimeError(f"checkpoint adapter has unexpected keys: {result.unexpected_keys}")
+        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        self.value_head.load_state_dict(state["value_head"])
+        self.policy_opt.load_state_dict(state["policy_opt"])
+        self.value_opt.load_state_dict(state["value_opt"])
+        self.updates = int(state["updates"])
+        return json.loads((path / "meta.json").read_text())
+
+    def sequence_logprobs(self, sample: TurnSample) -> list[float]:
+        """Logprobs of the completion tokens under the current adapter (tests compare these
+        with vLLM's)."""
+        batch = collate([sample], self.pad_id)
+        with torch.no_grad():
+            hidden = self._action_hidden(batch)[batch.pred_index].float()
+            logp, _ = self._logprobs(hidden, batch.labels)
+        return logp.tolist()

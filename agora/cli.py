@@ -1,0 +1,184 @@
+"""The ``agora`` command line (typer + rich).
+
+Every failure a user can cause (bad config, taken port, missing checkpoint, a service that dies)
+ends in a one-paragraph message and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import redis
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from agora.config import ConfigError, RunConfig, load_config
+from agora.launcher import LaunchError, Stack, make_stack
+from agora.procs import ServiceFailed
+from agora.stream import RunKeys
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Post-train LLM agents with multi-agent RL.")
+console = Console()
+
+
+def _load(config: Path) -> RunConfig:
+    try:
+        return load_config(config)
+    except ConfigError as err:
+        console.print(f"[bold red]config error[/]: {err}")
+        raise typer.Exit(2) from None
+
+
+def progress_table(stack: Stack, started: float) -> Table:
+    """Policy version, episodes/s, reward, legal and win rate per agent, from Redis."""
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    keys = RunKeys(stack.run_id)
+    state = client.hgetall(keys.state)
+    stats = client.hgetall(keys.stats)
+    elapsed = time.monotonic() - started
+    episodes = int(stats.get("episodes", 0))
+    table = Table(title=f"agora run {stack.run_id}  [{state.get('status', 'starting')}]",
+                  caption=f"{elapsed / 60:.1f} min  |  updates {state.get('update', 0)}  |  "
+                          f"episodes {episodes} ({episodes / max(elapsed, 1e-6):.2f}/s)  |  "
+                          f"logs {stack.run_dir / 'logs'}")
+    for column in ("agent", "version", "reward", "legal", "win vs random", "KL", "update s"):
+        table.add_column(column, justify="right")
+    for agent in stack.cfg.agents:
+        def get(key: str, agent: str = agent.name) -> str:
+            value = state.get(f"{agent}:{key}")
+            return "-" if value is None else f"{float(value):.3g}"
+        table.add_row(agent.name, get("policy_version"), get("reward_mean"), get("legal_rate"),
+                      get("win_rate"), get("kl"), get("update_s"))
+    return table
+
+
+def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
+    """Start the stack, show progress until the trainer finishes, stop (all but ``keep``)."""
+    started = time.monotonic()
+    try:
+        stack.start(on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"))
+        console.print(f"[green]stack up[/] in {time.monotonic() - started:.0f}s; "
+                      f"gateway http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}")
+        with Live(progress_table(stack, started), console=console, refresh_per_second=1) as live:
+            stack.watch(on_tick=lambda: live.update(progress_table(stack, started)))
+    except ServiceFailed as err:
+        console.print(f"[bold red]service '{err.name}' failed[/]: {err}")
+        if err.log_tail:
+            console.print(f"[dim]--- last lines of {err.name}'s log ---[/]\n{err.log_tail}")
+        stack.stop()
+        raise typer.Exit(1) from None
+    except LaunchError as err:
+        console.print(f"[bold red]cannot start[/]: {err}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping every service[/]")
+        stack.stop()
+        raise typer.Exit(130) from None
+    except BaseException:
+        stack.stop()
+        raise
+    stack.stop(keep=keep_serving)
+
+
+@app.command()
+def up(
+    config: Path = typer.Argument(..., help="run config YAML"),
+    run_id: str = typer.Option(None, help="run id (default: <name>-<timestamp>)"),
+    resume: bool = typer.Option(False, help="continue run --run-id from its last checkpoint"),
+) -> None:
+    """Start the whole system locally and train until the config's budget is spent."""
+    cfg = _load(config)
+    try:
+        stack = make_stack(cfg, run_id, resume)
+    except LaunchError as err:
+        console.print(f"[bold red]cannot start[/]: {err}")
+        raise typer.Exit(2) from None
+    run_stack(stack)
+    console.print(f"[green]done[/]: {stack.run_dir}")
+
+
+def results_table(title: str, rows: dict[str, dict[str, dict]]) -> Table:
+    table = Table(title=title)
+    for column in ("policy", "opponent", "games", "legal moves", "win", "draw", "loss",
+                   "forfeits", "win 95% CI"):
+        table.add_column(column, justify="right")
+    for policy, by_opponent in rows.items():
+        for opponent, r in by_opponent.items():
+            lo, hi = r["win_ci95"]
+            table.add_row(policy, opponent, str(r["games"]), f"{r['legal_rate']:.1%}",
+                          f"{r['win']:.1%}", f"{r['draw']:.1%}", f"{r['loss']:.1%}",
+                          str(r["forfeits"]), f"{lo:.0%}-{hi:.0%}")
+    return table
+
+
+def ask_gateway_for_move(stack: Stack, agent: str) -> None:
+    """Show a board, ask the trained agent through the gateway's OpenAI API, print its answer."""
+    from agora.envs.tictactoe import TicTacToe, render_board
+
+    env = TicTacToe()
+    env.reset(seed=1, opening=[4, 0, 8])  # O centre, X corner, O opposite corner: X to move
+    messages = env.observation(env.current_seat)
+    body = {
+        "model": agent,
+        "messages": [*messages, {"role": "assistant", "content": stack.cfg.environment.prefill}],
+        "max_tokens": 6, "temperature": 0.0, "stop": ["]"],
+        "continue_final_message": True, "add_generation_prompt": False,
+        "include_stop_str_in_output": True,
+    }
+    url = f"http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}/v1/chat/completions"
+    resp = httpx.post(url, json=body, timeout=60)
+    resp.raise_for_status()
+    answer = stack.cfg.environment.prefill + resp.json()["choices"][0]["message"]["content"]
+    board = render_board(env.board)
+    legal = env.step(answer).legal
+    console.print(f"\n[bold]Board[/] (agent '{agent}' plays {env.role(1)}):\n{board}")
+    console.print(f"POST {url} -> [bold]{answer}[/] ({'legal' if legal else 'illegal'})")
+
+
+@app.command()
+def demo(
+    config: Path = typer.Argument(Path("configs/tictactoe_selfplay.yaml")),
+    minutes: float = typer.Option(None, help="training budget (default: the config's)"),
+    games: int = typer.Option(None, help="evaluation games per opponent (default: config)"),
+) -> None:
+    """Train for a bounded budget, then print a before/after table and query the gateway."""
+    from agora.eval import evaluate
+    from agora.policy_client import PolicyAdmin
+    from agora.weight_sync import adapter_dir
+
+    cfg = _load(config)
+    if minutes is not None:
+        cfg.ppo.max_minutes = minutes
+    agent = cfg.trainable_agents[0].name
+    stack = make_stack(cfg, None, False)
+    wall = time.monotonic()
+    keep = tuple(s for s in ("redis", "gateway", *[f"policy-{k}" for k in cfg.models]))
+    run_stack(stack, keep_serving=keep)
+    trained_s = time.monotonic() - wall
+    try:
+        admin = PolicyAdmin(cfg.policy_url(agent))
+        baseline = f"{agent}-v0"
+        admin.load_adapter(baseline, str(adapter_dir(stack.run_dir, agent, 0)))
+        console.print(f"[cyan]>[/] evaluating {agent}-v0 and {agent} (latest) "
+                      f"over {games or cfg.eval.games} games per opponent")
+        rows = {}
+        for label, adapter in (("before (v0)", baseline), ("after", agent)):
+            results = evaluate(cfg, agent, adapter, games)
+            rows[label] = {opp: r.as_dict() for opp, r in results.items()}
+        console.print(results_table("Tic-Tac-Toe: before vs after training", rows))
+        (stack.run_dir / "eval.json").write_text(json.dumps(rows, indent=2))
+        ask_gateway_for_move(stack, agent)
+        console.print(f"\ntraining wall time {trained_s / 60:.1f} min, total "
+                      f"{(time.monotonic() - wall) / 60:.1f} min; run folder {stack.run_dir}")
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    app()

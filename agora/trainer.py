@@ -1,0 +1,277 @@
+"""The training loop driver: enqueue episodes, consume them, update each agent, publish.
+
+One loop iteration (DESIGN.md "The run's life", steps 1-3):
+1. keep ``queue_ahead`` rollout tasks outstanding on the Celery queue;
+2. read finished episodes from the run's stream (consumer group), drop turns more than
+   ``max_staleness`` versions old, until every trainable agent has ``batch_turns`` turns;
+3. one PPO update per trainable agent (each its own model, critic and optimizer);
+4. every ``checkpoint_every`` updates: checkpoint, then XACK the entries it consumed;
+5. save each adapter as version v+1 and hot-swap it into the policy server.
+
+Crash safety: stream entries are acked only once a checkpoint containing their effect is on
+disk, so a trainer killed mid-update re-reads them on ``--resume``; versions never go backwards
+(if Redis is ahead of the checkpoint, the checkpoint's weights are republished under a new,
+higher version number).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from prometheus_client import Counter, Gauge, start_http_server
+
+from agora.algos.ppo import PPOLearner, TurnSample
+from agora.config import RunConfig
+from agora.models import resolve_model
+from agora.policy_client import PolicyAdmin
+from agora.records import EpisodeRecord
+from agora.rollout.tasks import QUEUE, TASK_NAME, episode_payload, make_celery
+from agora.stream import EpisodeStream
+from agora.weight_sync import adapter_dir, publish
+
+log = logging.getLogger("agora.trainer")
+
+AGENT_GAUGES = {
+    name: Gauge(f"agora_trainer_{name}", help_, ["agent"])
+    for name, help_ in {
+        "reward_mean": "mean turn reward in the last update",
+        "win_rate": "win rate over the last 100 games vs the random bot",
+        "legal_rate": "legal move rate over the last update's turns",
+        "kl": "mean KL(behaviour || reference) per token",
+        "entropy": "mean policy entropy per action token",
+        "pg_loss": "policy-gradient loss",
+        "vf_loss": "value loss",
+        "policy_version": "live policy version",
+        "staleness": "mean versions between behaviour policy and the updated policy",
+        "update_seconds": "wall time of the last PPO update",
+        "hotswap_seconds": "wall time of the last adapter hot-swap",
+    }.items()
+}
+EPISODES_CONSUMED = Counter("agora_trainer_episodes_consumed_total", "episodes read from stream")
+TURNS_DROPPED = Counter("agora_trainer_stale_turns_dropped_total", "turns dropped as too stale")
+
+
+@dataclass
+class Collected:
+    turns: dict[str, list[TurnSample]]
+    entry_ids: list[str] = field(default_factory=list)
+    records: list[EpisodeRecord] = field(default_factory=list)
+    dropped_stale: int = 0
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, run_id: str, run_dir: Path, redis_url: str,
+                 resume: bool = False, serve_metrics: bool = True) -> None:
+        self.cfg = cfg
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.redis_url = redis_url
+        self.resume = resume
+        self.serve_metrics = serve_metrics
+        self.r = redis.Redis.from_url(redis_url)
+        self.stream = EpisodeStream(self.r, run_id)
+        self.celery = make_celery(redis_url, cfg.workers.visibility_timeout)
+        self.learners: dict[str, PPOLearner] = {}
+        self.versions: dict[str, int] = {}
+        self.update_index = 0
+        self.unacked: list[str] = []  # consumed since the last checkpoint
+        self.backlog: list[tuple[str, EpisodeRecord]] = []
+        self.rng = random.Random(cfg.seed)
+        self.recent: dict[str, dict[str, deque]] = {}
+        self.started = time.monotonic()
+        self.metrics_path = run_dir / "metrics.jsonl"
+
+    # --- set-up ---------------------------------------------------------------------------
+    def admin_for(self, agent: str) -> PolicyAdmin:
+        return PolicyAdmin(self.cfg.policy_url(agent))
+
+    def setup(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.serve_metrics:
+            start_http_server(self.cfg.services.trainer_metrics_port, addr=self.cfg.services.host)
+        self.stream.ensure_group()
+        for agent in self.cfg.agents:
+            path = resolve_model(self.cfg.models[agent.base].model)
+            # Frozen agents get a learner too (zero-initialised LoRA = the base model) so that
+            # every agent is an adapter name on its server; it is just never updated.
+            self.learners[agent.name] = PPOLearner(path, agent, self.cfg.ppo, seed=self.cfg.seed)
+            self.recent[agent.name] = {o: deque(maxlen=100) for o in ("self", "random", "minimax")}
+        checkpoint = self.latest_checkpoint() if self.resume else None
+        if checkpoint is not None:
+            meta = {}
+            for name, learner in self.learners.items():
+                meta = learner.load_checkpoint(checkpoint / name)
+            self.update_index = int(meta["update_index"])
+            ckpt_versions = {k: int(v) for k, v in meta["versions"].items()}
+            self.backlog = self.stream.read_pending()
+            log.info("resumed from %s (update %d, %d pending entries)", checkpoint,
+                     self.update_index, len(self.backlog))
+        else:
+            ckpt_versions = {a.name: 0 for a in self.cfg.agents}
+        for name, learner in self.learners.items():
+            live = self.stream.get_version(name) if checkpoint is not None else 0
+            version = ckpt_versions.get(name, 0)
+            if live > version:
+                version = live + 1  # never go backwards: republish under a higher number
+            self.versions[name] = version
+            path = learner.save_adapter(adapter_dir(self.run_dir, name, version))
+            publish(self.admin_for(name), self.stream, name, version, path)
+        self.set_state(status="training")
+
+    def latest_checkpoint(self) -> Path | None:
+        pointer = self.run_dir / "checkpoints" / "latest"
+        if not pointer.is_file():
+            return None
+        path = self.run_dir / "checkpoints" / pointer.read_text().strip()
+        return path if path.is_dir() else None
+
+    # --- the loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        self.setup()
+        try:
+            while not self.budget_spent():
+                collected = self.collect()
+                if collected is None:
+                    break
+                self.step(collected)
+        finally:
+            self.set_state(status="stopping")
+        if self.unacked:
+            self.checkpoint()
+        self.set_state(status="finished")
+
+    def budget_spent(self) -> bool:
+        ppo = self.cfg.ppo
+        if ppo.max_updates is not None and self.update_index >= ppo.max_updates:
+            return True
+        if ppo.max_minutes is not None:
+            return (time.monotonic() - self.started) / 60 >= ppo.max_minutes
+        return False
+
+    def top_up_queue(self) -> None:
+        want = self.cfg.workers.queue_ahead - self.stream.outstanding()
+        for _ in range(max(0, want)):
+            index = int(self.r.incr(self.stream.keys.episodes_enqueued))
+            payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url)
+            self.celery.send_task(TASK_NAME, args=[payload], queue=QUEUE)
+
+    def collect(self) -> Collected | None:
+        """Read episodes until every trainable agent has a batch; None if the budget ran out."""
+        trainable = [a.name for a in self.cfg.trainable_agents]
+        got = Collected(turns={a: [] for a in trainable})
+        ppo = self.cfg.ppo
+        while any(len(got.turns[a]) < ppo.batch_turns for a in trainable):
+            if self.budget_spent():
+                return None
+            self.top_up_queue()
+            if self.backlog:
+                entries, self.backlog = self.backlog, []
+            else:
+                entries = self.stream.read_new(count=64, block_ms=1000)
+            for entry_id, record in entries:
+                got.entry_ids.append(entry_id)
+                got.records.append(record)
+                EPISODES_CONSUMED.inc()
+                for turn in record.turns:
+                    if turn.agent not in got.turns or not turn.completion_token_ids:
+                        continue
+                    age = self.versions[turn.agent] - (turn.policy_version or 0)
+                    if age > ppo.max_staleness:
+                        got.dropped_stale += 1
+                        TURNS_DROPPED.inc()
+                        continue
+                    got.turns[turn.agent].append(TurnSample(
+                        prompt_ids=turn.prompt_token_ids,
+                        completion_ids=turn.completion_token_ids,
+                        behaviour_logprobs=turn.behaviour_logprobs,
+                        reward=turn.reward,
+                        version=turn.policy_version or 0,
+                        role=turn.role,
+                    ))
+        return got
+
+    def step(self, got: Collected) -> None:
+        self.unacked.extend(got.entry_ids)
+        stats: dict[str, dict[str, float]] = {}
+        for name, samples in got.turns.items():
+            stats[name] = self.learners[name].update(samples)
+            stats[name]["staleness"] = sum(self.versions[name] - s.version for s in samples) / max(
+                1, len(samples))
+        self.update_index += 1
+        new_paths = {}
+        for name in got.turns:
+            self.versions[name] += 1
+            new_paths[name] = self.learners[name].save_adapter(
+                adapter_dir(self.run_dir, name, self.versions[name]))
+        if self.update_index % self.cfg.ppo.checkpoint_every == 0:
+            self.checkpoint()
+        for name, path in new_paths.items():
+            stats[name]["hotswap_seconds"] = publish(
+                self.admin_for(name), self.stream, name, self.versions[name], path)
+        self.report(got, stats)
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def checkpoint(self) -> Path:
+        root = self.run_dir / "checkpoints"
+        name = f"ckpt-{self.update_index:06d}"
+        tmp = root / (name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        meta = {"update_index": self.update_index, "versions": self.versions,
+                "run_id": self.run_id}
+        for agent, learner in self.learners.items():
+            learner.save_checkpoint(tmp / agent, meta)
+        final = root / name
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        pointer_tmp = root / "latest.tmp"
+        pointer_tmp.write_text(name)
+        pointer_tmp.rename(root / "latest")
+        # Only now are the consumed entries safe to forget.
+        self.stream.ack(self.unacked)
+        self.unacked = []
+        for old in sorted(root.glob("ckpt-*"))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    # --- reporting ------------------------------------------------------------------------
+    def report(self, got: Collected, stats: dict[str, dict[str, float]]) -> None:
+        for record in got.records:
+            for seat, agent in enumerate(record.seats):
+                if agent in self.recent and seat < len(record.results):
+                    self.recent[agent][record.opponent].append(record.results[seat])
+        row = {"update": self.update_index, "elapsed_s": round(time.monotonic() - self.started, 1),
+               "episodes": len(got.records), "dropped_stale": got.dropped_stale, "agents": {}}
+        for name, agent_stats in stats.items():
+            turns = [t for r in got.records for t in r.turns if t.agent == name]
+            legal = sum(t.legal for t in turns) / max(1, len(turns))
+            vs_random = self.recent[name]["random"]
+            win_rate = sum(r == "win" for r in vs_random) / len(vs_random) if vs_random else 0.0
+            agent_stats.update(legal_rate=legal, win_rate=win_rate,
+                               policy_version=float(self.versions[name]))
+            for key, gauge in AGENT_GAUGES.items():
+                if key in agent_stats:
+                    gauge.labels(name).set(agent_stats[key])
+            row["agents"][name] = {k: round(v, 4) for k, v in agent_stats.items()}
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        flat = {"update": self.update_index, "elapsed_s": row["elapsed_s"]}
+        for name, agent_stats in row["agents"].items():
+            for key in ("policy_version", "reward_mean", "win_rate", "legal_rate", "kl",
+                        "update_s"):
+                if key in agent_stats:
+                    flat[f"{name}:{key}"] = agent_stats[key]
+        self.set_state(**flat)
+        log.info("update %d: %s", self.update_index, json.dumps(row["agents"]))
+
+    def set_state(self, **fields: object) -> None:
+        self.r.hset(self.stream.keys.state, mapping={k: str(v) for k, v in fields.items()})

@@ -1,0 +1,207 @@
+"""Run-config loading: the shipped example loads; every kind of mistake fails loudly, naming the
+dotted path of the field at fault."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agora.config import ConfigError, RunConfig, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "configs" / "tictactoe_selfplay.yaml"
+
+
+@pytest.fixture
+def example() -> dict:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def write(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def config_error(tmp_path: Path, data: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, data))
+    return str(info.value)
+
+
+def test_example_config_loads():
+    cfg = load_config(EXAMPLE)
+    assert isinstance(cfg, RunConfig)
+    assert cfg.name == "tictactoe-selfplay"
+    assert cfg.environment.seats == ["player", "player"]
+    assert cfg.environment.opponents == {"self": 0.5, "random": 0.5}
+    assert [a.name for a in cfg.trainable_agents] == ["player"]
+    assert cfg.agent("player").base == "smol"
+    assert cfg.agent("player").sampling.stop == ["]"]
+    assert cfg.ppo.learning_rate == pytest.approx(5e-4)
+    assert cfg.ppo.max_minutes == 15
+    assert cfg.policy_url("player") == "http://127.0.0.1:8100"
+    assert cfg.all_ports() == {
+        "redis": 6390, "reward": 8201, "gateway": 8200, "trainer": 8202, "policy-smol": 8100,
+    }
+
+
+def test_minimal_config_fills_in_defaults():
+    cfg = parse_config({
+        "models": {"m": {"model": "tiny-random"}},
+        "agents": [{"name": "a", "base": "m"}],
+        "environment": {"seats": ["a", "a"]},
+    })
+    assert cfg.environment.opponents == {"self": 1.0}
+    assert cfg.reward.win == 1.0 and cfg.reward.loss == -1.0
+    assert cfg.ppo.clip_range == 0.2
+    assert cfg.agent("a").lora_rank == 16
+
+
+def test_config_survives_a_json_round_trip():
+    """Workers rebuild the config from ``model_dump_json`` in each task payload."""
+    cfg = load_config(EXAMPLE)
+    assert parse_config(yaml.safe_load(cfg.model_dump_json())) == cfg
+
+
+def test_wrong_type_names_the_field(tmp_path, example):
+    example["ppo"]["learning_rate"] = "fast"
+    message = config_error(tmp_path, example)
+    assert "ppo.learning_rate" in message
+    assert "valid number" in message
+
+
+def test_out_of_range_value_names_the_field(tmp_path, example):
+    example["ppo"]["clip_range"] = 1.5
+    assert "ppo.clip_range: Input should be less than 1" in config_error(tmp_path, example)
+
+
+def test_misspelt_key_is_rejected_not_ignored(tmp_path, example):
+    example["ppo"]["learning_rte"] = 1e-3
+    message = config_error(tmp_path, example)
+    assert "ppo.learning_rte" in message
+    assert "Extra inputs are not permitted" in message
+
+
+def test_every_bad_field_is_reported_at_once(tmp_path, example):
+    example["ppo"]["epochs"] = 0
+    example["workers"]["count"] = "many"
+    message = config_error(tmp_path, example)
+    assert "ppo.epochs" in message
+    assert "workers.count" in message
+
+
+def test_nan_reward_is_rejected(tmp_path, example):
+    """YAML's .nan would pass every range check and poison the rewards."""
+    path = write(tmp_path, example)
+    path.write_text(path.read_text().replace("win: 1.0", "win: .nan"))
+    with pytest.raises(ConfigError, match=r"reward\.win"):
+        load_config(path)
+
+
+def test_seat_naming_an_unknown_agent(tmp_path, example):
+    example["environment"]["seats"] = ["player", "stranger"]
+    message = config_error(tmp_path, example)
+    assert "environment.seats" in message
+    assert "'stranger'" in message
+
+
+def test_seat_count_must_match_the_game(tmp_path, example):
+    example["environment"]["seats"] = ["player"]
+    message = config_error(tmp_path, example)
+    assert "environment.seats" in message
+    assert "tictactoe has 2 seats, got 1" in message
+
+
+def test_agent_base_not_in_models(tmp_path, example):
+    example["agents"][0]["base"] = "llama"
+    message = config_error(tmp_path, example)
+    assert "agents.player.base" in message
+    assert "'llama'" in message
+
+
+def test_duplicate_agent_names(tmp_path, example):
+    example["agents"].append(copy.deepcopy(example["agents"][0]))
+    assert "duplicate agent names" in config_error(tmp_path, example)
+
+
+def test_lora_rank_above_the_servers_max_lora_rank(tmp_path, example):
+    example["agents"][0]["lora_rank"] = 32
+    message = config_error(tmp_path, example)
+    assert "agents.player.lora_rank" in message
+    assert "models.smol.max_lora_rank=16" in message
+
+
+def test_service_port_clashing_with_a_policy_server(tmp_path, example):
+    example["services"]["reward_port"] = example["models"]["smol"]["port"]
+    message = config_error(tmp_path, example)
+    assert "models.smol.port" in message
+    assert "services.reward_port" in message
+    assert "8100" in message
+
+
+def test_two_services_on_one_port(tmp_path, example):
+    example["services"]["gateway_port"] = example["services"]["redis_port"]
+    message = config_error(tmp_path, example)
+    assert "services.gateway_port: port 6390 is already used by services.redis_port" in message
+
+
+def test_unknown_opponent_name(tmp_path, example):
+    example["environment"]["opponents"] = {"self": 0.5, "minmax": 0.5}
+    message = config_error(tmp_path, example)
+    assert "environment.opponents" in message
+    assert "minmax" in message
+
+
+def test_opponent_weights_must_not_all_be_zero(tmp_path, example):
+    example["environment"]["opponents"] = {"self": 0.0, "random": 0.0}
+    assert "environment.opponents" in config_error(tmp_path, example)
+
+
+def test_unknown_eval_opponent(tmp_path, example):
+    example["eval"]["opponents"] = ["random", "stockfish"]
+    assert "eval.opponents.1" in config_error(tmp_path, example)
+
+
+def test_missing_required_section(tmp_path, example):
+    del example["environment"]
+    assert "environment: Field required" in config_error(tmp_path, example)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_directory_instead_of_a_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path)
+
+
+def test_invalid_yaml(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("models: {smol: [unclosed\nagents: -\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("", "NoneType"), ("7", "int")])
+def test_top_level_must_be_a_mapping(tmp_path, text, kind):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"expected a mapping at the top level, got {kind}"):
+        load_config(path)
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
