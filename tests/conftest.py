@@ -73,7 +73,7 @@ def vllm_tiny(tiny_model, logs_dir) -> Iterator[tuple[str, BaseModelConfig]]:
     """vLLM's CPU server on tiny-random, fp32 so logprobs can be compared tightly with PEFT."""
     cfg = BaseModelConfig(
         model=TINY_RANDOM, port=free_port(), max_model_len=512, max_loras=2, max_lora_rank=16,
-        extra_args=["--dtype", "float32"],
+        dtype="float32",
     )
     svc = Service(
         name="vllm",

@@ -25,8 +25,9 @@ MESSAGES = [
 ]
 
 
-def perturbed_learner(tiny_model: str, seed: int) -> PPOLearner:
-    agent = AgentConfig(name="alice", base="m", lora_rank=8, lora_alpha=16)
+def perturbed_learner(tiny_model: str, seed: int, layers: list[int] | None = None
+                      ) -> PPOLearner:
+    agent = AgentConfig(name="alice", base="m", lora_rank=8, lora_alpha=16, lora_layers=layers)
     learner = PPOLearner(tiny_model, agent, PPOConfig(bf16=False, torch_threads=1), seed=seed)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -46,14 +47,17 @@ def client(url: str, learner: PPOLearner, name: str, **sampling) -> PolicyClient
     return PolicyClient(url, name, learner.tokenizer, cfg)
 
 
-def test_vllm_logprobs_match_peft_forward_of_same_adapter(vllm_tiny, admin, tiny_model, tmp_path):
+@pytest.mark.parametrize("layers", [None, [1]], ids=["all-layers", "top-layer-only"])
+def test_vllm_logprobs_match_peft_forward_of_same_adapter(
+    vllm_tiny, admin, tiny_model, tmp_path, layers
+):
     url, _ = vllm_tiny
-    learner = perturbed_learner(tiny_model, seed=1)
+    learner = perturbed_learner(tiny_model, seed=1, layers=layers)
     admin.load_adapter("alice", str(learner.save_adapter(tmp_path / "alice")))
     policy = client(url, learner, "alice", temperature=1.0)
     checked = 0
     for i, messages in enumerate(MESSAGES):
-        gen = asyncio.run(policy.generate(messages, prefill="[", seed=i))
+        gen = asyncio.run(policy.generate(messages, prefill="["))
         assert gen.completion_token_ids, "vLLM returned no tokens"
         ours = learner.sequence_logprobs(
             TurnSample(gen.prompt_token_ids, gen.completion_token_ids, gen.logprobs, 0.0)
@@ -88,7 +92,7 @@ def test_hot_swap_changes_answers_while_in_flight_requests_complete(
     async def swap_during_long_requests() -> list[httpx.Response]:
         long = client(url, v1, "carol", temperature=1.0)
         long.sampling = SamplingConfig(max_tokens=96, stop=[], temperature=1.0)
-        tasks = [asyncio.create_task(long.generate(MESSAGES[2], seed=s)) for s in range(6)]
+        tasks = [asyncio.create_task(long.generate(MESSAGES[2])) for _ in range(6)]
         await asyncio.sleep(0.3)
         await asyncio.to_thread(admin.load_adapter, "carol", str(v2.save_adapter(tmp_path / "v2")))
         return await asyncio.gather(*tasks)

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agora.config import AgentConfig, PPOConfig
+from agora.hardware import cpu_has_fast_bf16
 
 
 @dataclass
@@ -138,6 +139,7 @@ class PPOLearner:
         torch.set_num_threads(ppo.torch_threads)
         self.agent = agent
         self.ppo = ppo
+        self.use_bf16 = cpu_has_fast_bf16() if ppo.bf16 is None else ppo.bf16
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -149,6 +151,7 @@ class PPOLearner:
             lora_alpha=agent.lora_alpha,
             lora_dropout=agent.lora_dropout,
             target_modules=list(agent.lora_targets),
+            layers_to_transform=agent.lora_layers,
             task_type="CAUSAL_LM",
         )
         self.model = get_peft_model(base, lora)
@@ -165,7 +168,7 @@ class PPOLearner:
         return self.model.get_base_model()
 
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.ppo.bf16)
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16)
 
     def _action_hidden(self, batch: Batch, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Final hidden states at the positions that predict each action token."""

@@ -39,7 +39,15 @@ def winner_of(board: list[str]) -> str | None:
     return None
 
 
+def compact_board(board: list[str]) -> str:
+    """The board for prompts: rows like ``O | 1 | 2`` (free cells show their number)."""
+    return "\n".join(
+        " | ".join(board[r * 3 + c] or str(r * 3 + c) for c in range(3)) for r in range(3)
+    )
+
+
 def render_board(board: list[str]) -> str:
+    """TextArena's rendering, for people (the CLI and logs)."""
     rows = []
     for r in range(3):
         rows.append("|".join(f" {board[r * 3 + c] or r * 3 + c} " for c in range(3)))
@@ -88,16 +96,18 @@ class TicTacToe:
         return [f"[{i}]" for i in self.legal_cells()]
 
     def observation(self, seat: int) -> list[ChatMessage]:
+        # Measured on untrained SmolLM2-135M with the "[" prefill (160 random positions): this
+        # 111-token prompt gave 69% legal moves, TextArena-like wording (146 tokens) 64%, a
+        # 77-token terse one 59%. Prompt tokens are most of the PPO update's cost.
         mark, other = MARKS[seat], MARKS[1 - seat]
         system = (
-            f"You are playing Tic-Tac-Toe as '{mark}'; your opponent is '{other}'. "
-            "Get three of your marks in a row (across, down or diagonal) to win. "
-            "Answer with the number of an empty cell in brackets, for example [4]."
+            f"You play Tic-Tac-Toe as {mark} against {other}. Get three {mark} in a row to win. "
+            "Reply with the number of a free cell in brackets, like [4]."
         )
         user = (
-            f"Current board:\n{render_board(self.board)}\n"
-            f"Available moves: {', '.join(self.legal_actions())}\n"
-            f"Your move as '{mark}':"
+            f"Board:\n{compact_board(self.board)}\n"
+            f"Free cells: {' '.join(self.legal_actions())}\n"
+            f"Your move as {mark}:"
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

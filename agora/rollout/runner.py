@@ -74,9 +74,7 @@ async def run_episode(
         else:
             version = player.version()
             versions.setdefault(player.agent, version)
-            gen = await player.client.generate(
-                env.observation(seat), prefill=player.prefill, seed=seed * 1000 + turn_index
-            )
+            gen = await player.client.generate(env.observation(seat), prefill=player.prefill)
             text = player.prefill + gen.text
             turn = Turn(
                 seat=seat,

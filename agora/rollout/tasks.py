@@ -194,13 +194,30 @@ def play(payload: dict) -> str:
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
-    autoretry_for=(PolicyUnavailable, RewardUnavailable),
     retry_backoff=True,
     retry_backoff_max=60,
-    max_retries=30,
 )
 def play_episode(self, payload: dict) -> str:
-    return play(payload)
+    try:
+        return play(payload)
+    except (PolicyUnavailable, RewardUnavailable) as err:
+        # Servers restarting: wait and retry for as long as it takes (bounded by max_retries).
+        raise self.retry(exc=err, max_retries=30) from err
+    except Exception as err:
+        # Anything else may be transient too, but a poison task must not loop forever: retry a
+        # few times, then count it as failed so the trainer stops waiting for it.
+        if self.request.retries >= 3:
+            mark_failed(payload, err)
+            raise
+        log.warning("episode %s failed (%s); retrying", payload.get("episode_id"), err)
+        raise self.retry(exc=err, countdown=2 ** self.request.retries) from err
+
+
+def mark_failed(payload: dict, err: Exception) -> None:
+    stream = EpisodeStream(_redis(payload.get("redis_url") or redis_url()), payload["run_id"])
+    stream.r.hincrby(stream.keys.stats, "episodes_failed", 1)
+    stream.r.incr(stream.keys.episodes_failed)
+    log.error("episode %s failed for good: %r", payload.get("episode_id"), err)
 
 
 def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,

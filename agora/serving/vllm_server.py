@@ -10,6 +10,7 @@ import os
 import sys
 
 from agora.config import BaseModelConfig
+from agora.hardware import serving_dtype
 
 SERVED_BASE_NAME = "base"
 
@@ -35,6 +36,7 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str) -> list[str]:
         "--port",
         str(cfg.port),
         "--disable-uvicorn-access-log",
+        *(["--dtype", dtype] if (dtype := serving_dtype(cfg.dtype)) != "auto" else []),
         *cfg.extra_args,
     ]
 

@@ -1,0 +1,91 @@
+"""Helpers for tests that start the embedded stack (or parts of it) on tiny-random."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import redis
+import yaml
+
+from agora.config import RunConfig, parse_config
+from agora.procs import free_port
+
+
+def tiny_config(**overrides) -> RunConfig:
+    """A fast run config on tiny-random with free ports; ``overrides`` are merged per section."""
+    data: dict = {
+        "name": "t",
+        "models": {"tiny": {"model": "tiny-random", "port": free_port(), "max_model_len": 512,
+                            "max_loras": 2, "max_lora_rank": 8,
+                            "dtype": "float32"}},
+        "agents": [{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
+                    "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}],
+        "environment": {"name": "tictactoe", "seats": ["player", "player"],
+                        "opponents": {"self": 0.5, "random": 0.5}},
+        "ppo": {"batch_turns": 8, "minibatch_turns": 8, "max_updates": 3, "bf16": False,
+                "torch_threads": 1},
+        "workers": {"count": 1, "concurrency": 4, "queue_ahead": 8, "visibility_timeout": 8},
+        "services": {"redis_port": free_port(), "reward_port": free_port(),
+                     "gateway_port": free_port(), "trainer_metrics_port": free_port(),
+                     "health_timeout_s": 400},
+    }
+    for section, values in overrides.items():
+        if isinstance(values, dict) and isinstance(data.get(section), dict):
+            data[section] = {**data[section], **values}
+        else:
+            data[section] = values
+    return parse_config(data)
+
+
+def write_config(cfg: RunConfig, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return path
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, period_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(period_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def state(redis_url: str, run_id: str) -> dict[str, str]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    return client.hgetall(f"agora:{run_id}:state")
+
+
+def descendants_alive(pids: list[int]) -> list[int]:
+    """Which of ``pids`` still exist (zombies count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def processes_of_run(run_id: str) -> list[int]:
+    """Live processes whose environment carries AGORA_RUN_ID=run_id (the launcher tags all)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("AGORA_RUN_ID") == run_id and proc.status() != "zombie":
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def process_tree(pid: int) -> list[int]:
+    try:
+        proc = psutil.Process(pid)
+        return [pid] + [c.pid for c in proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []

@@ -1,0 +1,133 @@
+"""The embedded stack end to end on tiny-random: every service real, the loop closed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import redis
+
+from agora.launcher import make_stack
+from agora.procs import ServiceFailed
+from agora.records import EpisodeRecord
+from agora.stream import RunKeys
+from tests.stack_helpers import (
+    descendants_alive,
+    process_tree,
+    processes_of_run,
+    tiny_config,
+    wait_for,
+    write_config,
+)
+
+
+def test_full_loop_trains_publishes_and_serves(tmp_path):
+    cfg = tiny_config(ppo={"max_updates": 3})
+    stack = make_stack(cfg, "loop", False, runs_root=tmp_path)
+    pids: list[int] = []
+    try:
+        stack.start()
+        pids = [p for s in stack.services for p in process_tree(s.pid)]
+        scraped: list[str] = []
+
+        def scrape_trainer() -> None:
+            url = f"http://127.0.0.1:{cfg.services.trainer_metrics_port}/metrics"
+            try:
+                scraped.append(httpx.get(url, timeout=5).text)
+            except httpx.HTTPError:
+                pass  # the trainer exits (and its endpoint with it) once the budget is spent
+
+        stack.watch(on_tick=scrape_trainer, period_s=1.0)  # returns when the trainer is done
+
+        client = redis.Redis.from_url(stack.redis_url)
+        keys = RunKeys(stack.run_id)
+        # Three updates -> version 3 live in Redis, three adapters beside v0, a checkpoint.
+        assert int(client.get(keys.version("player"))) == 3
+        for v in range(4):
+            assert (stack.run_dir / "adapters" / "player" / f"v{v}" /
+                    "adapter_model.safetensors").is_file()
+        assert (stack.run_dir / "checkpoints" / "latest").read_text() == "ckpt-000003"
+        rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["update"] for r in rows] == [1, 2, 3]
+        assert all(r["agents"]["player"]["turns"] >= 8 for r in rows)
+
+        # Episodes in the stream carry tokens, behaviour logprobs and verified rewards.
+        entries = client.xrange(keys.stream)
+        assert len(entries) >= 3
+        record = EpisodeRecord.model_validate_json(entries[0][1][b"record"])
+        llm_turns = [t for t in record.turns if t.is_llm]
+        assert llm_turns and all(
+            len(t.completion_token_ids) == len(t.behaviour_logprobs) > 0 for t in llm_turns)
+        assert record.results and all(r in {"win", "loss", "draw", "illegal"}
+                                      for r in record.results)
+        assert client.xpending(keys.stream, "trainer")["pending"] == 0  # all acked
+
+        # The trained agent answers through the gateway by name, with the latest adapter.
+        gw = f"http://127.0.0.1:{cfg.services.gateway_port}"
+        assert "player" in [m["id"] for m in httpx.get(gw + "/v1/models").json()["data"]]
+        resp = httpx.post(gw + "/v1/chat/completions", timeout=60, json={
+            "model": "player", "messages": [{"role": "user", "content": "Your move?"}],
+            "max_tokens": 4})
+        assert resp.status_code == 200 and resp.json()["model"] == "player"
+        # The trainer exported its per-agent metrics while it ran.
+        assert any('agora_trainer_policy_version{agent="player"}' in text for text in scraped)
+        assert any('agora_trainer_kl{agent="player"}' in text for text in scraped)
+    finally:
+        stack.stop()
+    assert descendants_alive(pids) == [], "processes left behind after stop()"
+    assert processes_of_run("loop") == []
+
+
+def _agora(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agora.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_up_with_bad_config_names_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodels: {m: {model: tiny-random}}\nagents: [{name: a, base: m}]\n"
+                   "environment: {seats: [a, a]}\nppo: {learning_rte: 0.1}\n")
+    proc = _agora("up", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "ppo.learning_rte" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_up_on_taken_port_fails_clearly_and_starts_nothing(tmp_path):
+    import socket
+
+    cfg = tiny_config()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", cfg.services.gateway_port))
+    holder.listen()
+    try:
+        before = set(p.pid for p in __import__("psutil").process_iter())
+        proc = _agora("up", str(write_config(cfg, tmp_path / "c.yaml")), cwd=tmp_path)
+        after = set(p.pid for p in __import__("psutil").process_iter())
+    finally:
+        holder.close()
+    assert proc.returncode == 2
+    assert f"gateway port {cfg.services.gateway_port}" in proc.stdout
+    assert "already in use" in proc.stdout
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.log"))
+    assert descendants_alive(sorted(after - before)) == []
+
+
+def test_service_failing_at_start_stops_everything_and_shows_its_log(tmp_path):
+    cfg = tiny_config()
+    broken = tmp_path / "no-such-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # a folder vLLM cannot load
+    cfg.models["tiny"].model = str(broken)
+    stack = make_stack(cfg, "fail-at-start", False, runs_root=tmp_path)
+    try:
+        stack.start()
+    except ServiceFailed as err:
+        assert err.name == "policy-tiny"
+        assert err.log_tail  # the failing service's last log lines, for the CLI to print
+    else:
+        stack.stop()
+        raise AssertionError("stack started with a broken model")
+    assert stack.services == []
+    wait_for(lambda: not processes_of_run("fail-at-start"), 30, "all processes to exit")
