@@ -7,6 +7,7 @@ ends in a one-paragraph message and a non-zero exit code, never a traceback.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -58,8 +59,16 @@ def progress_table(stack: Stack, started: float) -> Table:
     return table
 
 
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
     """Start the stack, show progress until the trainer finishes, stop (all but ``keep``)."""
+    # Ctrl-C and SIGTERM both stop every service. Installed explicitly: a shell starting us in
+    # the background sets SIGINT to "ignore", and SIGTERM's default would orphan the services.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
         stack.start(on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"))

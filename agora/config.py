@@ -52,6 +52,10 @@ class BaseModelConfig(_Strict):
     max_lora_rank: int = Field(16, ge=1)
     # 'auto' = float32 on CPUs without native bf16 (see agora/hardware.py), else vLLM's choice.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # KV block size. vLLM's CPU default (128) is longer than the prompt prefix that turns
+    # share (chat template + system prompt, ~45 tokens here), so nothing was ever served from
+    # the prefix cache (0 hits measured); 32 lets that prefix be computed once.
+    block_size: int | None = Field(32, ge=16, le=256)
     # Extra `python -m vllm.entrypoints.openai.api_server` flags, passed through verbatim.
     extra_args: list[str] = Field(default_factory=list)
 
@@ -131,6 +135,9 @@ class PPOConfig(_Strict):
     # None = bf16 autocast only where the CPU has native bf16 (agora/hardware.py).
     bf16: bool | None = None
     torch_threads: int = Field(1, ge=1, description="vLLM keeps the other core busy")
+    # Pin the trainer to the last `torch_threads` CPUs: vLLM's CPU engine binds the first ones,
+    # and an unpinned trainer was measured time-slicing with it on the same core.
+    pin_cpus: bool = True
 
 
 class WorkersConfig(_Strict):

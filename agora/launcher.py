@@ -24,7 +24,7 @@ import yaml
 
 from agora.config import RunConfig
 from agora.models import resolve_model
-from agora.procs import Service, ServiceFailed, http_ok, port_in_use, tail
+from agora.procs import Service, ServiceFailed, http_ok, port_in_use, stop_all, tail
 from agora.redis_server import external_redis_url, redis_service
 from agora.serving.vllm_server import vllm_command, vllm_env
 from agora.stream import RunKeys
@@ -88,7 +88,10 @@ class Stack:
         for svc in group:
             svc.wait_healthy(self.cfg.services.health_timeout_s)
 
-    def start(self, on_phase: Callable[[str], None] = lambda _msg: None) -> None:
+    def start(self, on_phase: Callable[[str], None] = lambda _msg: None,
+              with_trainer: bool = True) -> None:
+        """Start every service in order; ``with_trainer=False`` leaves the trainer out (the
+        benchmarks drive the queue themselves)."""
         cfg, host = self.cfg, self.cfg.services.host
         external = external_redis_url()
         preflight(cfg, external is not None)
@@ -120,8 +123,9 @@ class Stack:
             self._start_group(group)
             on_phase(f"starting {cfg.workers.count} rollout worker(s)")
             self._start_group([self.worker_service(i) for i in range(cfg.workers.count)])
-            on_phase("starting trainer")
-            self._start_group([self.trainer_service(self.resume)])
+            if with_trainer:
+                on_phase("starting trainer")
+                self._start_group([self.trainer_service(self.resume)])
         except BaseException:
             self.stop()
             raise
@@ -201,10 +205,11 @@ class Stack:
             on_tick()
             time.sleep(period_s)
 
-    def stop(self, keep: tuple[str, ...] = ()) -> None:
-        for svc in reversed(self.services):
-            if svc.name not in keep:
-                svc.stop()
+    def stop(self, keep: tuple[str, ...] = (), grace_s: float = 10.0) -> None:
+        """SIGTERM every service's process group at once, then SIGKILL what is left after
+        ``grace_s`` (one grace period in total, not one per service)."""
+        going = [s for s in self.services if s.name not in keep]
+        stop_all(going, grace_s)
         self.services = [s for s in self.services if s.name in keep]
 
     def __enter__(self) -> Stack:

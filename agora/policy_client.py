@@ -154,7 +154,8 @@ class PolicyClient:
                     with attempt:
                         resp = await http.post(self.base_url + path, json=body)
             except RETRYABLE as err:
-                raise PolicyUnavailable(f"policy server {self.base_url} unreachable: {err}") from err
+                msg = f"policy server {self.base_url} unreachable: {err}"
+                raise PolicyUnavailable(msg) from err
         finally:
             if own:
                 await http.aclose()
@@ -197,7 +198,8 @@ class PolicyAdmin:
     def unload_adapter(self, name: str) -> None:
         resp = self._post("/v1/unload_lora_adapter", {"lora_name": name})
         if resp.status_code != 200:
-            raise PolicyServerError(f"unload_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
+            raise PolicyServerError(
+                f"unload_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
 
     def models(self) -> list[str]:
         resp = httpx.get(self.base_url + "/v1/models", timeout=self.timeout_s)

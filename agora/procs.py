@@ -141,3 +141,29 @@ def http_ok(url: str, timeout_s: float = 2.0) -> Callable[[], bool]:
             return False
 
     return check
+
+
+def stop_all(services: list[Service], grace_s: float = 10.0) -> None:
+    """Stop several services in parallel: SIGTERM all groups, wait up to ``grace_s`` for all,
+    then SIGKILL the remaining groups."""
+    running = [s for s in services if s.process is not None]
+    for svc in running:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(svc.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_group_alive(s) for s in running):
+        time.sleep(0.2)
+    for svc in running:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(svc.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            svc.process.wait(timeout=grace_s)
+
+
+def _group_alive(svc: Service) -> bool:
+    svc.process.poll()  # reap the leader so a zombie does not count as alive
+    try:
+        os.killpg(svc.process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

@@ -100,7 +100,9 @@ class EpisodeStream:
     def read_new(self, count: int, block_ms: int = 1000) -> list[tuple[str, EpisodeRecord]]:
         return self._read(">", count, block_ms=block_ms)
 
-    def _read(self, start: str, count: int, block_ms: int | None) -> list[tuple[str, EpisodeRecord]]:
+    def _read(
+        self, start: str, count: int, block_ms: int | None
+    ) -> list[tuple[str, EpisodeRecord]]:
         resp = self.r.xreadgroup(GROUP, CONSUMER, {self.keys.stream: start}, count=count,
                                  block=block_ms)
         out: list[tuple[str, EpisodeRecord]] = []

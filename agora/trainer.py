@@ -30,6 +30,7 @@ from prometheus_client import Counter, Gauge, start_http_server
 
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import RunConfig
+from agora.hardware import pin_to_last_cpus
 from agora.models import resolve_model
 from agora.policy_client import PolicyAdmin
 from agora.records import EpisodeRecord
@@ -95,6 +96,9 @@ class Trainer:
 
     def setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.cfg.ppo.pin_cpus:
+            pinned = pin_to_last_cpus(self.cfg.ppo.torch_threads)
+            log.info("trainer pinned to CPUs %s", pinned)
         if self.serve_metrics:
             start_http_server(self.cfg.services.trainer_metrics_port, addr=self.cfg.services.host)
         self.stream.ensure_group()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -34,10 +35,9 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
 
         def scrape_trainer() -> None:
             url = f"http://127.0.0.1:{cfg.services.trainer_metrics_port}/metrics"
-            try:
+            # The trainer exits (and its endpoint with it) once the budget is spent.
+            with contextlib.suppress(httpx.HTTPError):
                 scraped.append(httpx.get(url, timeout=5).text)
-            except httpx.HTTPError:
-                pass  # the trainer exits (and its endpoint with it) once the budget is spent
 
         stack.watch(on_tick=scrape_trainer, period_s=1.0)  # returns when the trainer is done
 

@@ -63,7 +63,7 @@ async def run_episode(
     rng = random.Random(seed)
     turns: list[Turn] = []
     versions: dict[str, int] = {}
-    for turn_index in range(max_turns):
+    for _ in range(max_turns):
         if env.done:
             break
         seat = env.current_seat

@@ -37,6 +37,7 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str) -> list[str]:
         str(cfg.port),
         "--disable-uvicorn-access-log",
         *(["--dtype", dtype] if (dtype := serving_dtype(cfg.dtype)) != "auto" else []),
+        *(["--block-size", str(cfg.block_size)] if cfg.block_size else []),
         *cfg.extra_args,
     ]
 
