@@ -20,8 +20,10 @@ import httpx
 import redis
 
 from agora.config import parse_config
+from agora.envs import make_env
 from agora.launcher import make_stack
 from agora.procs import free_port
+from agora.rollout.runner import run_episode
 from agora.rollout.tasks import (
     QUEUE,
     TASK_NAME,
@@ -30,8 +32,6 @@ from agora.rollout.tasks import (
     episode_payload,
     make_celery,
 )
-from agora.rollout.runner import run_episode
-from agora.envs import make_env
 from agora.stream import EpisodeStream
 
 
