@@ -14,10 +14,10 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import uvicorn_service
 
 from agora.config import BaseModelConfig, parse_config
 from agora.procs import Service, free_port
+from tests.conftest import uvicorn_service
 
 TIMEOUT = httpx.Timeout(180.0, connect=10.0)
 HELLO = [{"role": "user", "content": "Say hello."}]
