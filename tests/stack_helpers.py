@@ -45,13 +45,17 @@ def write_config(cfg: RunConfig, path: Path) -> Path:
     return path
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, period_s: float = 0.5):
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str | Callable[[], str],
+             period_s: float = 0.5) -> None:
+    """Poll ``predicate``; on timeout fail with ``what`` (a callable is evaluated then, so the
+    message can show the state at the moment of failure)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(period_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    detail = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {detail}")
 
 
 def state(redis_url: str, run_id: str) -> dict[str, str]:

@@ -41,7 +41,7 @@ def test_example_config_loads():
     assert [a.name for a in cfg.trainable_agents] == ["player"]
     assert cfg.agent("player").base == "smol"
     assert cfg.agent("player").sampling.stop == ["]"]
-    assert cfg.ppo.learning_rate == pytest.approx(5e-4)
+    assert cfg.ppo.learning_rate == pytest.approx(1e-3)
     assert cfg.ppo.max_minutes == 15
     assert cfg.policy_url("player") == "http://127.0.0.1:8100"
     assert cfg.all_ports() == {
@@ -132,7 +132,7 @@ def test_lora_rank_above_the_servers_max_lora_rank(tmp_path, example):
     example["agents"][0]["lora_rank"] = 32
     message = config_error(tmp_path, example)
     assert "agents.player.lora_rank" in message
-    assert "models.smol.max_lora_rank=16" in message
+    assert "models.smol.max_lora_rank=8" in message
 
 
 def test_service_port_clashing_with_a_policy_server(tmp_path, example):

@@ -74,9 +74,16 @@ def test_worker_and_trainer_sigkill(tmp_path):
         assert resumed.process.returncode == 0, resumed.log_path.read_text()[-3000:]
 
         # 3. Let the workers drain the queue: every enqueued episode lands exactly once.
+        def counts() -> str:
+            return (f"enqueued={client.get(keys.episodes_enqueued)} "
+                    f"done={client.get(keys.episodes_done)} "
+                    f"failed={client.get(keys.episodes_failed)} queue={client.llen('rollouts')} "
+                    f"unacked={client.hlen('unacked')}")
+
         wait_for(lambda: (int(client.get(keys.episodes_done) or 0)
                           + int(client.get(keys.episodes_failed) or 0))
-                 >= int(client.get(keys.episodes_enqueued)), 300, "the queue to drain")
+                 >= int(client.get(keys.episodes_enqueued)), 300,
+                 lambda: f"the queue to drain ({counts()})")
         watcher.stop_event.set()
         watcher.join()
 

@@ -56,7 +56,16 @@ def make_celery(broker_url: str | None = None, visibility_timeout: int | None = 
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         task_default_queue=QUEUE,
-        broker_transport_options={"visibility_timeout": vt},
+        broker_transport_options={
+            "visibility_timeout": vt,
+            # kombu's defaults scan for abandoned (unacked, expired) messages only every
+            # 10 s x 10 calls, under a mutex that a SIGKILLed worker can hold for 300 s:
+            # a killed worker's episodes came back minutes late. Scan every vt/4 seconds and
+            # let a dead holder's mutex expire after vt.
+            "unacked_restore_interval": max(1, vt // 4),
+            "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": max(10, vt),
+        },
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
