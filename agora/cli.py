@@ -167,7 +167,7 @@ def demo(
     agent = cfg.trainable_agents[0].name
     stack = make_stack(cfg, None, False)
     wall = time.monotonic()
-    keep = tuple(s for s in ("redis", "gateway", *[f"policy-{k}" for k in cfg.models]))
+    keep = ("redis", "gateway", *(f"policy-{k}" for k in cfg.models))
     run_stack(stack, keep_serving=keep)
     trained_s = time.monotonic() - wall
     try:

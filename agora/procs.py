@@ -95,11 +95,8 @@ class Service:
         raise ServiceFailed(self.name, f"not healthy after {timeout_s:.0f}s", tail(self.log_path))
 
     def stop(self, grace_s: float = 10.0) -> None:
-        if self.process is None:
-            return
-        kill_group(self.process.pid, grace_s, reap=self.process.poll)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=grace_s)
+        """SIGTERM the process group, SIGKILL it after ``grace_s`` (see ``stop_all``)."""
+        stop_all([self], grace_s)
 
     def kill(self) -> None:
         """SIGKILL the whole group at once (fault tests)."""
@@ -108,29 +105,6 @@ class Service:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
-
-
-def kill_group(pgid: int, grace_s: float = 10.0, reap: Callable[[], object] = lambda: None
-               ) -> None:
-    """SIGTERM a process group, then SIGKILL whatever is still there after ``grace_s``.
-
-    ``reap`` (the leader's ``Popen.poll``) is called while waiting: an exited but unreaped
-    leader is a zombie that keeps the group "alive" to ``killpg(pgid, 0)``.
-    """
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        reap()
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> Callable[[], bool]:
@@ -144,8 +118,8 @@ def http_ok(url: str, timeout_s: float = 2.0) -> Callable[[], bool]:
 
 
 def stop_all(services: list[Service], grace_s: float = 10.0) -> None:
-    """Stop several services in parallel: SIGTERM all groups, wait up to ``grace_s`` for all,
-    then SIGKILL the remaining groups."""
+    """Stop services in parallel: SIGTERM every process group, wait up to ``grace_s`` for all
+    of them, then SIGKILL what is left. One grace period in total, not one per service."""
     running = [s for s in services if s.process is not None]
     for svc in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):

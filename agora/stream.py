@@ -82,6 +82,10 @@ class EpisodeStream:
         )
         return bool(added)
 
+    def mark_failed(self) -> None:
+        """Count an episode given up on, so ``outstanding()`` stops waiting for it."""
+        self.r.incr(self.keys.episodes_failed)
+
     def has_episode(self, episode_id: str) -> bool:
         return bool(self.r.sismember(self.keys.episode_ids, episode_id))
 

@@ -175,7 +175,7 @@ def record_stats(stream: EpisodeStream, record: EpisodeRecord) -> None:
 def play(payload: dict) -> str:
     """The task body, callable without Celery (tests, benchmarks)."""
     cfg = _config(payload["config"])
-    stream = EpisodeStream(_redis(payload.get("redis_url") or redis_url()), payload["run_id"])
+    stream = _stream(payload)
     episode_id = payload["episode_id"]
     if stream.has_episode(episode_id):
         return "duplicate"
@@ -216,17 +216,15 @@ def play_episode(self, payload: dict) -> str:
         # Anything else may be transient too, but a poison task must not loop forever: retry a
         # few times, then count it as failed so the trainer stops waiting for it.
         if self.request.retries >= 3:
-            mark_failed(payload, err)
+            _stream(payload).mark_failed()
+            log.error("episode %s failed for good: %r", payload.get("episode_id"), err)
             raise
         log.warning("episode %s failed (%s); retrying", payload.get("episode_id"), err)
         raise self.retry(exc=err, countdown=2 ** self.request.retries) from err
 
 
-def mark_failed(payload: dict, err: Exception) -> None:
-    stream = EpisodeStream(_redis(payload.get("redis_url") or redis_url()), payload["run_id"])
-    stream.r.hincrby(stream.keys.stats, "episodes_failed", 1)
-    stream.r.incr(stream.keys.episodes_failed)
-    log.error("episode %s failed for good: %r", payload.get("episode_id"), err)
+def _stream(payload: dict) -> EpisodeStream:
+    return EpisodeStream(_redis(payload.get("redis_url") or redis_url()), payload["run_id"])
 
 
 def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,
