@@ -24,6 +24,7 @@ lint: setup
 bench: setup
 	$(PY) bench/throughput.py
 	$(PY) bench/hotswap.py
+	$(PY) bench/ppo_update.py
 
 clean:
 	rm -rf runs .pytest_cache

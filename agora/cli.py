@@ -22,9 +22,11 @@ from agora.config import ConfigError, RunConfig, load_config
 from agora.launcher import LaunchError, Stack, make_stack
 from agora.procs import ServiceFailed
 from agora.stream import RunKeys
+from agora.verifier_cli import verifier_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Post-train LLM agents with multi-agent RL.")
+app.add_typer(verifier_app, name="verifier")
 console = Console()
 
 
@@ -48,14 +50,21 @@ def progress_table(stack: Stack, started: float) -> Table:
                   caption=f"{elapsed / 60:.1f} min  |  updates {state.get('update', 0)}  |  "
                           f"episodes {episodes} ({episodes / max(elapsed, 1e-6):.2f}/s)  |  "
                           f"logs {stack.run_dir / 'logs'}")
-    for column in ("agent", "version", "reward", "legal", "win vs random", "KL", "update s"):
+    if stack.cfg.environment.name == "discussion":
+        columns = {"version": "policy_version", "reward": "reward_mean",
+                   "acc turn 1": "accuracy_first", "acc last turn": "accuracy_last",
+                   "answer parsed": "legal_rate", "KL": "kl", "update s": "update_s"}
+    else:
+        columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
+                   "win vs random": "win_rate", "KL": "kl", "update s": "update_s"}
+    table.add_column("agent", justify="right")
+    for column in columns:
         table.add_column(column, justify="right")
     for agent in stack.cfg.agents:
         def get(key: str, agent: str = agent.name) -> str:
             value = state.get(f"{agent}:{key}")
             return "-" if value is None else f"{float(value):.3g}"
-        table.add_row(agent.name, get("policy_version"), get("reward_mean"), get("legal_rate"),
-                      get("win_rate"), get("kl"), get("update_s"))
+        table.add_row(agent.name, *(get(key) for key in columns.values()))
     return table
 
 
@@ -187,6 +196,65 @@ def demo(
                       f"{(time.monotonic() - wall) / 60:.1f} min; run folder {stack.run_dir}")
     finally:
         stack.stop()
+
+
+@app.command()
+def compare(
+    config: Path = typer.Argument(Path("configs/maporl_math.yaml")),
+    minutes: float = typer.Option(None, help="training budget per arm (default: the config's)"),
+    tasks: int = typer.Option(None, help="held-out tasks to evaluate on (default: config)"),
+) -> None:
+    """Train the learner alone and in the discussion, same budget; print curves and scores."""
+    from agora.compare import (
+        ArmResult,
+        evaluate_arm,
+        multi_agent_config,
+        sample_curve,
+        single_agent_config,
+    )
+
+    cfg = _load(config)
+    if cfg.environment.name != "discussion":
+        console.print("[bold red]config error[/]: environment.name: compare needs a discussion")
+        raise typer.Exit(2)
+    if minutes is not None:
+        cfg.ppo.max_minutes = minutes
+    learner = cfg.trainable_agents[0].name
+    arms = []
+    for label, arm_cfg in (("single-agent", single_agent_config(cfg)),
+                           ("multi-agent", multi_agent_config(cfg))):
+        console.print(f"[bold cyan]== {label}[/]: {arm_cfg.environment.seats}, "
+                      f"{arm_cfg.environment.rounds} round(s), {arm_cfg.ppo.max_minutes} min")
+        stack = make_stack(arm_cfg, None, False)
+        run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
+        try:
+            before, after = evaluate_arm(arm_cfg, tasks)
+        finally:
+            stack.stop()
+        arms.append(ArmResult(label, stack.run_dir, before, after))
+
+    curves = Table(title=f"training accuracy of '{learner}' (last round, last 100 episodes)")
+    curves.add_column("arm")
+    curves.add_column("minutes: accuracy")
+    for arm in arms:
+        points = sample_curve(arm.curve(learner))
+        curves.add_row(arm.label, "  ".join(f"{m:.0f}: {a:.0%}" for m, a in points) or "-")
+    console.print(curves)
+    table = Table(title=f"held-out accuracy ({arms[0].after.tasks} tasks)")
+    for column in ("arm", "before: turn 1", "before: last turn", "after: turn 1",
+                   "after: last turn"):
+        table.add_column(column, justify="right")
+    summary = {}
+    for arm in arms:
+        b, a = arm.before.as_dict(), arm.after.as_dict()
+        table.add_row(arm.label, f"{b['turn1']:.1%}", f"{b['last']:.1%}", f"{a['turn1']:.1%}",
+                      f"{a['last']:.1%}")
+        summary[arm.label] = {"run_dir": str(arm.run_dir), "before": b, "after": a,
+                              "curve": arm.curve(learner)}
+    console.print(table)
+    out = arms[-1].run_dir / "compare.json"
+    out.write_text(json.dumps(summary, indent=2))
+    console.print(f"written {out}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from agora.envs import ENVS
+from agora.envs.tictactoe import TicTacToe
+from agora.tasks.specs import TaskSpec
 
 
 class ConfigError(ValueError):
@@ -78,21 +79,27 @@ class AgentConfig(_Strict):
 
 
 class EnvironmentConfig(_Strict):
-    name: Literal["tictactoe"] = "tictactoe"
+    name: Literal["tictactoe", "discussion"] = "tictactoe"
     # Which agent sits in each seat for self-play episodes (a shared policy repeats its name).
+    # In a discussion, one seat per discussing agent.
     seats: list[str]
     # Fraction of episodes played against each opponent: "self" (the seats above) or a scripted
     # bot name ("random", "minimax"). In bot episodes the learner takes a random seat.
     opponents: dict[str, float] = Field(default_factory=lambda: {"self": 1.0})
     illegal_move_penalty: float = -1.0
     prefill: str = Field("[", description="text the assistant turn starts with")
+    # Discussions: answer-read-revise rounds, and where the questions come from.
+    rounds: int = Field(2, ge=1, le=10)
+    task: TaskSpec | None = None
 
     @field_validator("seats")
     @classmethod
     def _one_agent_per_seat(cls, seats: list[str], info: ValidationInfo) -> list[str]:
         name = info.data.get("name")
-        if name in ENVS and len(seats) != ENVS[name].num_seats:
-            raise ValueError(f"{name} has {ENVS[name].num_seats} seats, got {len(seats)}")
+        if name == "tictactoe" and len(seats) != TicTacToe.num_seats:
+            raise ValueError(f"{name} has {TicTacToe.num_seats} seats, got {len(seats)}")
+        if not seats:
+            raise ValueError("at least one seat")
         return seats
 
     @field_validator("opponents")
@@ -106,12 +113,43 @@ class EnvironmentConfig(_Strict):
             raise ValueError("opponent weights must be >= 0 and not all zero")
         return opponents
 
+    @model_validator(mode="after")
+    def _env_needs(self) -> EnvironmentConfig:
+        if self.name == "discussion":
+            if self.task is None:
+                raise ValueError("task: a discussion needs a task source (reasoning_gym, jsonl "
+                                 "or hf)")
+            if set(self.opponents) != {"self"}:
+                raise ValueError("opponents: scripted bots play games only; a discussion is "
+                                 "{self: 1.0}")
+        return self
+
 
 class RewardConfig(_Strict):
-    verifier: Literal["game_outcome"] = "game_outcome"
+    # game_outcome: win/draw/loss from replaying a game. math / nli: each answer is checked
+    # against the task's ground truth (correct / wrong below).
+    verifier: Literal["game_outcome", "math", "nli"] = "game_outcome"
     win: float = 1.0
     draw: float = 0.0
     loss: float = -1.0
+    correct: float = 1.0
+    wrong: float = 0.0
+    # MAPoRL's cooperative incentive alpha: how much of teammates' verified scores each agent
+    # gets (agora/rewards.py). 0 = every agent for itself.
+    cooperation: float = Field(0.0, ge=0.0, le=10.0)
+    # Which verifier scores math/NLI answers: the rule verifier, the learned verifier (a
+    # classifier trained with `agora verifier train`, folder in `learned_model`), or a blend
+    # w * rule + (1 - w) * learned.
+    mode: Literal["rule", "learned", "blend"] = "rule"
+    blend_weight: float = Field(0.5, ge=0.0, le=1.0)
+    learned_model: str | None = Field(None, description="folder from `agora verifier train`")
+
+    @model_validator(mode="after")
+    def _learned_needs_a_model(self) -> RewardConfig:
+        if self.mode != "rule" and not self.learned_model:
+            raise ValueError(f"learned_model: mode '{self.mode}' needs the folder of a trained "
+                             "verifier (agora verifier train --out DIR)")
+        return self
 
 
 class PPOConfig(_Strict):
@@ -120,7 +158,7 @@ class PPOConfig(_Strict):
     learning_rate: float = Field(5e-4, gt=0.0, lt=1.0)
     value_learning_rate: float = Field(1e-3, gt=0.0, lt=1.0)
     batch_turns: int = Field(32, ge=1, description="agent turns per update")
-    minibatch_turns: int = Field(16, ge=1)
+    minibatch_turns: int = Field(16, ge=1, description=">= batch_turns: the whole batch at once")
     epochs: int = Field(1, ge=1, le=16)
     clip_range: float = Field(0.2, gt=0.0, lt=1.0)
     kl_coef: float = Field(0.02, ge=0.0)
@@ -138,6 +176,11 @@ class PPOConfig(_Strict):
     # Pin the trainer to the last `torch_threads` CPUs: vLLM's CPU engine binds the first ones,
     # and an unpinned trainer was measured time-slicing with it on the same core.
     pin_cpus: bool = True
+    # The trainer's CPU niceness. vLLM's engine-core and API processes and the rollout workers
+    # are light but latency-bound, and they share the trainer's core: at equal priority they
+    # waited behind each PPO update and rollouts stalled (measured: 40 s between updates of
+    # 20 s). A niced trainer yields to them at once and still gets the rest of the core.
+    nice: int = Field(10, ge=0, le=19)
 
 
 class WorkersConfig(_Strict):
@@ -155,11 +198,25 @@ class ServicesConfig(_Strict):
     reward_port: int = Field(8201, ge=1024, le=65535)
     gateway_port: int = Field(8200, ge=1024, le=65535)
     trainer_metrics_port: int = Field(8202, ge=1024, le=65535)
+    judge_port: int = Field(8203, ge=1024, le=65535)
     health_timeout_s: float = Field(300.0, gt=0)
+
+
+class JudgeConfig(_Strict):
+    """The judge service of the embedded stack (see agora/judge/settings.py for its env)."""
+
+    # 'rubric': deterministic text-feature scores (no model). 'llm': ask a model through an
+    # OpenAI-compatible server: `model` names a key of `models` (its policy server's base
+    # model judges, locally) unless `base_url` points at another server.
+    backend: Literal["rubric", "llm"] = "rubric"
+    model: str | None = None
+    base_url: str | None = None
+    served_model: str = Field("base", description="model name to ask for at base_url")
 
 
 class EvalConfig(_Strict):
     games: int = Field(200, ge=1)
+    tasks: int = Field(100, ge=1, description="held-out tasks per discussion evaluation")
     opponents: list[Literal["random", "minimax"]] = Field(
         default_factory=lambda: ["random", "minimax"]
     )
@@ -177,10 +234,17 @@ class RunConfig(_Strict):
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> RunConfig:
         names = [a.name for a in self.agents]
+        if self.judge.backend == "llm" and not (self.judge.base_url or self.judge.model):
+            raise ValueError("judge: backend 'llm' needs judge.model (a key of models) or "
+                             "judge.base_url")
+        if self.judge.model is not None and self.judge.model not in self.models:
+            raise ValueError(f"judge.model: '{self.judge.model}' is not a key of models "
+                             f"({sorted(self.models)})")
         if len(set(names)) != len(names):
             raise ValueError(f"agents: duplicate agent names in {names}")
         for agent in self.agents:
@@ -194,6 +258,10 @@ class RunConfig(_Strict):
                     f"agents.{agent.name}.lora_rank: {agent.lora_rank} exceeds "
                     f"models.{agent.base}.max_lora_rank={self.models[agent.base].max_lora_rank}"
                 )
+        games = self.environment.name == "tictactoe"
+        if games != (self.reward.verifier == "game_outcome"):
+            raise ValueError(f"reward.verifier: '{self.reward.verifier}' does not score a "
+                             f"'{self.environment.name}' environment")
         for seat in self.environment.seats:
             if seat not in names:
                 raise ValueError(f"environment.seats: '{seat}' is not an agent ({names})")
@@ -227,10 +295,19 @@ class RunConfig(_Strict):
             "reward": self.services.reward_port,
             "gateway": self.services.gateway_port,
             "trainer": self.services.trainer_metrics_port,
+            "judge": self.services.judge_port,
         }
         for key, model in self.models.items():
             ports[f"policy-{key}"] = model.port
         return ports
+
+    def judge_model_url(self) -> str | None:
+        """The OpenAI-compatible base URL the LLM judge asks (None for the rubric backend)."""
+        if self.judge.backend != "llm":
+            return None
+        if self.judge.base_url:
+            return self.judge.base_url
+        return f"http://{self.services.host}:{self.models[self.judge.model].port}/v1"
 
     def policy_url(self, agent_name: str) -> str:
         model = self.models[self.agent(agent_name).base]

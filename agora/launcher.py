@@ -26,7 +26,7 @@ from agora.config import RunConfig
 from agora.models import resolve_model
 from agora.procs import Service, ServiceFailed, http_ok, port_in_use, stop_all, tail
 from agora.redis_server import external_redis_url, redis_service
-from agora.serving.vllm_server import vllm_command, vllm_env
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
 from agora.stream import RunKeys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,10 +116,14 @@ class Stack:
                         health=http_ok(f"http://{host}:{m.port}/health"))
                 for key, m in cfg.models.items()
             ]
+            reward_env = ({"AGORA_REWARD_MODEL": str(Path(cfg.reward.learned_model).resolve())}
+                          if cfg.reward.learned_model else {})
             group.append(self._uvicorn("reward", "services.reward.app:app",
-                                       cfg.services.reward_port))
+                                       cfg.services.reward_port, extra_env=reward_env))
             group.append(self._uvicorn("gateway", "services.gateway.app:app",
                                        cfg.services.gateway_port))
+            group.append(self._uvicorn("judge", "services.judge.app:app", cfg.services.judge_port,
+                                       extra_env=self.judge_env()))
             self._start_group(group)
             on_phase(f"starting {cfg.workers.count} rollout worker(s)")
             self._start_group([self.worker_service(i) for i in range(cfg.workers.count)])
@@ -145,11 +149,21 @@ class Stack:
         self._start_group([new])
         return new
 
-    def _uvicorn(self, name: str, app: str, port: int) -> Service:
+    def _uvicorn(self, name: str, app: str, port: int,
+                 extra_env: dict[str, str] | None = None) -> Service:
         host = self.cfg.services.host
         return self._python_service(
             name, ["-m", "uvicorn", app, "--host", host, "--port", str(port), "--no-access-log"],
-            http_ok(f"http://{host}:{port}/health"))
+            http_ok(f"http://{host}:{port}/health"), extra_env)
+
+    def judge_env(self) -> dict[str, str]:
+        """The judge service reads its settings from the environment (agora/judge/settings)."""
+        env = {"AGORA_JUDGE_BACKEND": self.cfg.judge.backend, "REDIS_URL": self.redis_url}
+        if (url := self.cfg.judge_model_url()) is not None:
+            env["AGORA_JUDGE_BASE_URL"] = url
+            env["AGORA_JUDGE_MODEL"] = (self.cfg.judge.served_model if self.cfg.judge.base_url
+                                        else SERVED_BASE_NAME)
+        return env
 
     def worker_service(self, index: int) -> Service:
         log_path = self.run_dir / "logs" / f"worker-{index}.log"

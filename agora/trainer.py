@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 import time
-from collections import deque
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from agora.policy_client import PolicyAdmin
 from agora.records import EpisodeRecord
 from agora.rollout.tasks import QUEUE, TASK_NAME, episode_payload, make_celery
 from agora.stream import EpisodeStream
+from agora.tasks import Task, load_tasks
 from agora.weight_sync import adapter_dir, publish
 
 log = logging.getLogger("agora.trainer")
@@ -45,6 +47,8 @@ AGENT_GAUGES = {
     for name, help_ in {
         "reward_mean": "mean turn reward in the last update",
         "win_rate": "win rate over the last 100 games vs the random bot",
+        "accuracy_first": "discussions: share of right first-round answers (last 100)",
+        "accuracy_last": "discussions: share of right last-round answers (last 100)",
         "legal_rate": "legal move rate over the last update's turns",
         "kl": "mean KL(behaviour || reference) per token",
         "entropy": "mean policy entropy per action token",
@@ -86,9 +90,13 @@ class Trainer:
         self.unacked: list[str] = []  # consumed since the last checkpoint
         self.backlog: list[tuple[str, EpisodeRecord]] = []
         self.rng = random.Random(cfg.seed)
-        self.recent: dict[str, dict[str, deque]] = {}
+        # Per agent, the last 100 values of each episode-level metric (game results per
+        # opponent, discussion accuracy per round).
+        self.recent: dict[str, defaultdict[str, deque]] = {}
         self.started = time.monotonic()
         self.metrics_path = run_dir / "metrics.jsonl"
+        self.episodes_path = run_dir / "episodes.jsonl"
+        self.tasks: list[Task] = []
 
     # --- set-up ---------------------------------------------------------------------------
     def admin_for(self, agent: str) -> PolicyAdmin:
@@ -99,15 +107,21 @@ class Trainer:
         if self.cfg.ppo.pin_cpus:
             pinned = pin_to_last_cpus(self.cfg.ppo.torch_threads)
             log.info("trainer pinned to CPUs %s", pinned)
+        if self.cfg.ppo.nice:
+            os.nice(self.cfg.ppo.nice)
         if self.serve_metrics:
             start_http_server(self.cfg.services.trainer_metrics_port, addr=self.cfg.services.host)
         self.stream.ensure_group()
+        if self.cfg.environment.task is not None:
+            # Training draws from the train split only; evaluation uses the held-out test split.
+            self.tasks = load_tasks(self.cfg.environment.task, split="train")
+            log.info("loaded %d training tasks", len(self.tasks))
         for agent in self.cfg.agents:
             path = resolve_model(self.cfg.models[agent.base].model)
             # Frozen agents get a learner too (zero-initialised LoRA = the base model) so that
             # every agent is an adapter name on its server; it is just never updated.
             self.learners[agent.name] = PPOLearner(path, agent, self.cfg.ppo, seed=self.cfg.seed)
-            self.recent[agent.name] = {o: deque(maxlen=100) for o in ("self", "random", "minimax")}
+            self.recent[agent.name] = defaultdict(lambda: deque(maxlen=100))
         checkpoint = self.latest_checkpoint() if self.resume else None
         if checkpoint is not None:
             meta = {}
@@ -161,10 +175,16 @@ class Trainer:
         return False
 
     def top_up_queue(self) -> None:
-        want = self.cfg.workers.queue_ahead - self.stream.outstanding()
+        """Keep ``queue_ahead`` episodes in flight or finished-but-unread, no more: episodes
+        produced faster than the trainer reads them would only grow stale."""
+        ahead = self.cfg.workers.queue_ahead
+        ready = len(self.backlog) + self.stream.undelivered(limit=ahead)
+        want = ahead - self.stream.outstanding() - ready
         for _ in range(max(0, want)):
             index = int(self.r.incr(self.stream.keys.episodes_enqueued))
-            payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url)
+            task = self.rng.choice(self.tasks) if self.tasks else None
+            payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url,
+                                      task)
             self.celery.send_task(TASK_NAME, args=[payload], queue=QUEUE)
 
     def collect(self) -> Collected | None:
@@ -180,7 +200,13 @@ class Trainer:
                 entries, self.backlog = self.backlog, []
             else:
                 entries = self.stream.read_new(count=64, block_ms=1000)
-            for entry_id, record in entries:
+            for position, (entry_id, record) in enumerate(entries):
+                if all(len(got.turns[a]) >= ppo.batch_turns for a in trainable):
+                    # Batch full: keep the rest (already delivered to us, still pending in
+                    # the stream) for the next batch. Updates stay ``batch_turns`` big however
+                    # fast rollouts run, so the policy changes as often as the trainer can.
+                    self.backlog = entries[position:]
+                    break
                 got.entry_ids.append(entry_id)
                 got.records.append(record)
                 EPISODES_CONSUMED.inc()
@@ -249,19 +275,32 @@ class Trainer:
 
     # --- reporting ------------------------------------------------------------------------
     def report(self, got: Collected, stats: dict[str, dict[str, float]]) -> None:
+        # Every trained-on episode is also kept on disk (runs/<id>/episodes.jsonl) for offline
+        # use after the run's Redis is gone: verifier data, DPO pairs, replays.
+        with self.episodes_path.open("a") as fh:
+            for record in got.records:
+                fh.write(record.model_dump_json() + "\n")
         for record in got.records:
+            scores = record.info.get("scores")  # discussions: [round][seat] verifier scores
             for seat, agent in enumerate(record.seats):
-                if agent in self.recent and seat < len(record.results):
-                    self.recent[agent][record.opponent].append(record.results[seat])
+                if agent not in self.recent:
+                    continue
+                if isinstance(scores, list) and scores:
+                    self.recent[agent]["first"].append(float(scores[0][seat]))
+                    self.recent[agent]["last"].append(float(scores[-1][seat]))
+                elif seat < len(record.results):
+                    self.recent[agent][record.opponent].append(record.results[seat] == "win")
         row = {"update": self.update_index, "elapsed_s": round(time.monotonic() - self.started, 1),
                "episodes": len(got.records), "dropped_stale": got.dropped_stale, "agents": {}}
         for name, agent_stats in stats.items():
             turns = [t for r in got.records for t in r.turns if t.agent == name]
             legal = sum(t.legal for t in turns) / max(1, len(turns))
-            vs_random = self.recent[name]["random"]
-            win_rate = sum(r == "win" for r in vs_random) / len(vs_random) if vs_random else 0.0
-            agent_stats.update(legal_rate=legal, win_rate=win_rate,
-                               policy_version=float(self.versions[name]))
+            agent_stats.update(legal_rate=legal, policy_version=float(self.versions[name]))
+            for key, source in (("win_rate", "random"), ("accuracy_first", "first"),
+                                ("accuracy_last", "last")):
+                values = self.recent[name].get(source)
+                if values:
+                    agent_stats[key] = sum(values) / len(values)
             for key, gauge in AGENT_GAUGES.items():
                 if key in agent_stats:
                     gauge.labels(name).set(agent_stats[key])
@@ -271,7 +310,7 @@ class Trainer:
         flat = {"update": self.update_index, "elapsed_s": row["elapsed_s"]}
         for name, agent_stats in row["agents"].items():
             for key in ("policy_version", "reward_mean", "win_rate", "legal_rate", "kl",
-                        "update_s"):
+                        "update_s", "accuracy_first", "accuracy_last"):
                 if key in agent_stats:
                     flat[f"{name}:{key}"] = agent_stats[key]
         self.set_state(**flat)

@@ -30,6 +30,7 @@ def tiny_config(**overrides) -> RunConfig:
         "workers": {"count": 1, "concurrency": 4, "queue_ahead": 8, "visibility_timeout": 8},
         "services": {"redis_port": free_port(), "reward_port": free_port(),
                      "gateway_port": free_port(), "trainer_metrics_port": free_port(),
+                     "judge_port": free_port(),
                      "health_timeout_s": 400},
     }
     for section, values in overrides.items():

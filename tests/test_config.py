@@ -37,7 +37,7 @@ def test_example_config_loads():
     assert isinstance(cfg, RunConfig)
     assert cfg.name == "tictactoe-selfplay"
     assert cfg.environment.seats == ["player", "player"]
-    assert cfg.environment.opponents == {"self": 0.5, "random": 0.5}
+    assert set(cfg.environment.opponents) == {"self", "random"}  # self-play plus a bot
     assert [a.name for a in cfg.trainable_agents] == ["player"]
     assert cfg.agent("player").base == "smol"
     assert cfg.agent("player").sampling.stop == ["]"]
@@ -45,7 +45,8 @@ def test_example_config_loads():
     assert cfg.ppo.max_minutes == 15
     assert cfg.policy_url("player") == "http://127.0.0.1:8100"
     assert cfg.all_ports() == {
-        "redis": 6390, "reward": 8201, "gateway": 8200, "trainer": 8202, "policy-smol": 8100,
+        "redis": 6390, "reward": 8201, "gateway": 8200, "trainer": 8202, "judge": 8203,
+        "policy-smol": 8100,
     }
 
 
@@ -205,3 +206,54 @@ def test_top_level_must_be_a_mapping(tmp_path, text, kind):
 
 def test_config_error_is_a_value_error():
     assert issubclass(ConfigError, ValueError)
+
+
+def _discussion(example: dict) -> dict:
+    data = copy.deepcopy(example)
+    data["agents"].append({**data["agents"][0], "name": "critic"})
+    data["environment"] = {"name": "discussion", "seats": ["player", "critic"], "rounds": 3,
+                           "prefill": "",
+                           "task": {"source": "reasoning_gym", "name": "basic_arithmetic"}}
+    data["reward"] = {"verifier": "math", "cooperation": 0.5}
+    return data
+
+
+def test_discussion_config_loads_with_a_task_source(example):
+    cfg = parse_config(_discussion(example))
+    assert cfg.environment.rounds == 3
+    assert cfg.environment.task.source == "reasoning_gym"
+    assert cfg.reward.cooperation == 0.5
+
+
+def test_discussion_errors_name_the_field(tmp_path, example):
+    data = _discussion(example)
+    del data["environment"]["task"]
+    assert "environment: task: a discussion needs a task source" in config_error(tmp_path, data)
+    data = _discussion(example)
+    data["environment"]["task"] = {"source": "jsonl", "format": "gsm8k"}
+    assert "environment.task.jsonl.path" in config_error(tmp_path, data)
+    data = _discussion(example)
+    data["reward"]["verifier"] = "game_outcome"
+    assert "reward.verifier" in config_error(tmp_path, data)
+    data = _discussion(example)
+    data["environment"]["opponents"] = {"random": 1.0}
+    assert "opponents" in config_error(tmp_path, data)
+
+
+def test_llm_judge_needs_a_model_it_can_reach(tmp_path, example):
+    data = copy.deepcopy(example)
+    data["judge"] = {"backend": "llm"}
+    assert "judge" in config_error(tmp_path, data)
+    data["judge"] = {"backend": "llm", "model": "nope"}
+    assert "judge.model" in config_error(tmp_path, data)
+    data["judge"] = {"backend": "llm", "model": "smol"}
+    assert parse_config(data).judge_model_url() == "http://127.0.0.1:8100/v1"
+
+
+def test_learned_reward_mode_needs_a_trained_verifier(tmp_path, example):
+    data = _discussion(example)
+    data["reward"] = {"verifier": "math", "mode": "blend"}
+    assert "learned_model" in config_error(tmp_path, data)
+    data["reward"] = {"verifier": "math", "mode": "blend", "blend_weight": 0.7,
+                      "learned_model": "runs/verifier"}
+    assert parse_config(data).reward.blend_weight == 0.7

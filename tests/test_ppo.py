@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agora.algos.ppo import PPOLearner, TurnSample, collate, gae
@@ -24,11 +25,11 @@ def test_collate_points_each_action_at_the_position_that_predicts_it():
         TurnSample([4, 5], [9], [-0.3], -1.0),
     ]
     batch = collate(samples, pad_id=0)
-    width = batch.input_ids.shape[1]
-    assert width == 5
-    flat = batch.input_ids.reshape(-1)
+    assert batch.input_ids.shape[1] == 5
     # The token after each predicting position is the action itself.
-    assert [int(flat[i + 1]) for i in batch.pred_index] == [7, 8, 9]
+    rows, positions = batch.seq_of_token.tolist(), batch.pred_pos.tolist()
+    actions = [int(batch.input_ids[r, p + 1]) for r, p in zip(rows, positions, strict=True)]
+    assert actions == [7, 8, 9]
     assert batch.labels.tolist() == [7, 8, 9]
     assert batch.seq_of_token.tolist() == [0, 0, 1]
 
@@ -46,10 +47,12 @@ def _bandit_samples(learner: PPOLearner, good: int, bad: int, n: int) -> list[Tu
     return out
 
 
-def test_ppo_raises_probability_of_rewarded_action(tiny_model):
+@pytest.mark.parametrize(("epochs", "kl_coef"), [(2, 0.0), (1, 0.01), (1, 0.0)],
+                         ids=["two-epochs", "with-kl", "fused-single-pass"])
+def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, epochs=2,
-                    kl_coef=0.0, bf16=False, torch_threads=1)
+    ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, epochs=epochs,
+                    kl_coef=kl_coef, bf16=False, torch_threads=1)
     learner = PPOLearner(tiny_model, agent, ppo)
     tok = learner.tokenizer
     good = tok.encode("A", add_special_tokens=False)[0]
@@ -61,7 +64,8 @@ def test_ppo_raises_probability_of_rewarded_action(tiny_model):
         stats = learner.update(_bandit_samples(learner, good, bad, 8))
     after = learner.sequence_logprobs(probe_good)[0]
     assert after > before + 0.5, (before, after)
-    assert {"pg_loss", "vf_loss", "kl", "entropy", "clipfrac", "reward_mean"} <= set(stats)
+    assert {"pg_loss", "vf_loss", "entropy", "clipfrac", "reward_mean"} <= set(stats)
+    assert ("kl" in stats) == (kl_coef > 0 or epochs > 1)  # the fused pass has no reference
     assert stats["reward_mean"] == 0.0  # half +1, half -1
 
 

@@ -1,4 +1,5 @@
-"""The reward service over real HTTP (uvicorn): replays games and assigns per-turn rewards."""
+"""The reward service over real HTTP (uvicorn): replays games and assigns per-turn rewards,
+and checks math / NLI responses against a task's ground truth."""
 
 from __future__ import annotations
 
@@ -171,3 +172,260 @@ def test_bad_requests_never_cause_a_5xx(reward_url):
     assert all(400 <= code < 500 for code in statuses), statuses
     assert server_errors(reward_url) == before
     assert metric_samples(reward_url, "agora_http_requests_total")
+
+
+# --- task verification (kind "math" / "nli") ------------------------------------------------
+# The first task request imports reasoning-gym and starts math-verify workers (~2-6 s).
+TASK_TIMEOUT = 60
+
+
+def verify_task(url: str, kind: str, task: dict, responses: object, **extra) -> httpx.Response:
+    body = {"kind": kind, "task": task, "responses": responses, **extra}
+    return httpx.post(f"{url}/v1/verify", json=body, timeout=TASK_TIMEOUT)
+
+
+def task_verdict(url: str, kind: str, task: dict, responses: list[str], **extra) -> dict:
+    resp = verify_task(url, kind, task, responses, **extra)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["kind"] == kind
+    assert len(body["results"]) == len(responses)
+    return body
+
+
+@pytest.fixture(scope="module")
+def arithmetic_task() -> dict:
+    from agora.tasks import load_tasks
+
+    task = load_tasks({"source": "reasoning_gym", "name": "basic_arithmetic", "size": 1,
+                       "seed": 11, "config": {"max_terms": 3}})[0]
+    return task.ref().model_dump(mode="json")
+
+
+def test_game_request_with_explicit_kind_is_the_same_game(reward_url):
+    assert verdict(reward_url, SEAT0_WINS, kind="game") == verdict(reward_url, SEAT0_WINS)
+
+
+def test_math_with_a_reasoning_gym_task_uses_its_scorer(reward_url, arithmetic_task):
+    answer = arithmetic_task["answer"]
+    responses = [f"Let me compute.\n\\boxed{{{answer}}}", f"The answer is {answer}.",
+                 f"\\boxed{{{int(answer) + 7}}}", "I cannot do this."]
+    body = task_verdict(reward_url, "math", arithmetic_task, responses)
+    results = body["results"]
+    assert [r["correct"] for r in results] == [True, True, False, False]
+    assert [r["reward"] for r in results] == [1.0, 1.0, 0.0, 0.0]
+    assert [r["extracted"] for r in results] == [answer, answer, str(int(answer) + 7), None]
+    assert [r["parsable"] for r in results] == [True, True, True, False]
+    assert {r["method"] for r in results} == {"reasoning_gym:basic_arithmetic"}
+    assert body["accuracy"] == 0.5
+
+
+def test_math_with_a_plain_answer_uses_math_verify(reward_url):
+    responses = ["\\boxed{\\frac{1}{2}}", "#### 0.5", "The answer is 1/2.", "0.6", ""]
+    body = task_verdict(reward_url, "math", {"answer": "0.5"}, responses)
+    assert [r["correct"] for r in body["results"]] == [True, True, True, False, False]
+    assert body["results"][0]["method"] == "math_verify"
+
+
+def test_custom_task_rewards(reward_url):
+    rewards = {"correct": 2.0, "wrong": -0.5, "unparsable": -1.0}
+    body = task_verdict(reward_url, "math", {"answer": "42"}, ["42", "41", "no idea"],
+                        rewards=rewards)
+    assert [r["reward"] for r in body["results"]] == [2.0, -0.5, -1.0]
+    body = task_verdict(reward_url, "nli", {"answer": "neutral"}, ["neutral", "hmm"],
+                        rewards={"wrong": -0.25})
+    assert [r["reward"] for r in body["results"]] == [1.0, -0.25]  # unparsable defaults to wrong
+
+
+def test_nli_responses(reward_url):
+    task = {"answer": "contradiction", "source": "jsonl:anli_sample.jsonl"}
+    responses = ["[contradiction]", "Answer: Contradiction", "It entails it.",
+                 "neutral or contradiction?"]
+    body = task_verdict(reward_url, "nli", task, responses)
+    assert [r["correct"] for r in body["results"]] == [True, True, False, False]
+    assert [r["predicted"] for r in body["results"]] == [
+        "contradiction", "contradiction", "entailment", None]
+    assert [r["parsable"] for r in body["results"]] == [True, True, True, False]
+
+
+def test_concurrent_task_requests_are_all_right(reward_url, arithmetic_task):
+    """The endpoint runs in FastAPI's thread pool: math-verify must work off the main thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(n: int) -> list[bool]:
+        responses = [f"\\boxed{{\\frac{{{n}}}{{{4 * n}}}}}", f"{n}/{n + 1}"]
+        math_ok = task_verdict(reward_url, "math", {"answer": "0.25"}, responses)
+        rg_ok = task_verdict(reward_url, "math", arithmetic_task, [arithmetic_task["answer"]])
+        return [r["correct"] for r in math_ok["results"] + rg_ok["results"]]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(one, range(1, 17))) == [[True, False, True]] * 16
+
+
+def task_body(kind: str = "math", **changes) -> str:
+    return json.dumps({"kind": kind, "task": {"answer": "42"}, "responses": ["42"], **changes})
+
+
+BAD_TASK_REQUESTS = {
+    "unknown kind": (task_body("chess"), "expected tags: 'game', 'math', 'nli', 'code'"),
+    "kind not a string": (task_body(["math"]), "does not match any of the expected tags"),
+    "no responses": (task_body(responses=[]), "at least 1 item"),
+    "too many responses": (task_body(responses=["1"] * 257), "at most 256"),
+    "response too long": (task_body(responses=["1" * 40000]), "at most 32768 characters"),
+    "response not a string": (task_body(responses=[42]), "valid string"),
+    "missing task": (json.dumps({"kind": "nli", "responses": ["x"]}), "Field required"),
+    "task without answer": (task_body(task={"source": "x"}), "answer"),
+    "unknown task field": (task_body(task={"answer": "1", "anwser": "1"}), "anwser"),
+    "game fields on a math request": (task_body(env="tictactoe"), "env"),
+    "unknown reward key": (task_body(rewards={"right": 1.0}), "right"),
+    "NaN reward": (task_body(rewards={"wrong": float("nan")}), "finite"),
+    "bad NLI gold": (task_body("nli", task={"answer": "maybe"}), "label 'maybe' is not one of"),
+    "unknown rg dataset": (task_body(task={"answer": "1", "source": "reasoning_gym:nope"}),
+                           "unknown reasoning-gym dataset 'nope'"),
+    "rg metadata its scorer cannot use": (
+        task_body(task={"answer": "1", "source": "reasoning_gym:word_ladder"}),
+        "cannot score this task"),
+    "bad rg knobs": (task_body(task={"answer": "1", "source": "reasoning_gym:basic_arithmetic",
+                                     "metadata": {"rg_config": {"max_terms": 0}}}), "max_terms"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_TASK_REQUESTS)
+def test_bad_task_request_gets_a_422_with_a_clear_message(reward_url, case):
+    body, fragment = BAD_TASK_REQUESTS[case]
+    before = server_errors(reward_url)
+    resp = httpx.post(f"{reward_url}/v1/verify", content=body,
+                      headers={"content-type": "application/json"}, timeout=TASK_TIMEOUT)
+    assert resp.status_code == 422, (resp.status_code, resp.text)
+    assert fragment in json.dumps(resp.json()["detail"], ensure_ascii=False)
+    assert server_errors(reward_url) == before
+
+
+def verifications(url: str) -> dict[tuple[str, str], float]:
+    counts = {}
+    for sample in metric_samples(url, "agora_verifications_total"):
+        labels, value = sample.rsplit(" ", 1)
+        kind = labels.split('kind="')[1].split('"')[0]
+        result = labels.split('result="')[1].split('"')[0]
+        counts[(kind, result)] = float(value)
+    return counts
+
+
+def test_metrics_count_verifications_by_kind_and_result(reward_url):
+    before = verifications(reward_url)
+    task_verdict(reward_url, "math", {"answer": "3"}, ["\\boxed{3}", "4", "?", "3"])
+    task_verdict(reward_url, "nli", {"answer": "neutral"}, ["neutral", "maybe"])
+    verdict(reward_url, SEAT0_WINS)
+    verdict(reward_url, ["[4]"])
+    after = verifications(reward_url)
+
+    def added(kind: str, result: str) -> float:
+        return after.get((kind, result), 0.0) - before.get((kind, result), 0.0)
+
+    assert added("math", "correct") == 2 and added("math", "wrong") == 1
+    assert added("math", "unparsable") == 1
+    assert added("nli", "correct") == 1 and added("nli", "unparsable") == 1
+    assert added("game", "finished") == 1 and added("game", "unfinished") == 1
+
+
+# --- code verification (kind "code"): programs against hidden tests, in the sandbox ---------
+CODE_TESTS = (
+    "def test_small():\n    assert add(1, 2) == 3\n\n"
+    "def test_negative():\n    assert add(-4, 1) == -3\n\n"
+    "def test_big():\n    assert add(10**6, 1) == 10**6 + 1\n"
+)
+GOOD_CODE = "def add(a, b):\n    return a + b\n"
+# Right only for small positive numbers: passes one test of three.
+BUGGY_CODE = "def add(a, b):\n    return abs(a) + abs(b) if a < 100 else a\n"
+FAST_LIMITS = {"cpu_seconds": 1, "wall_seconds": 4}
+
+
+def code_verdict(url: str, **body) -> dict:
+    resp = httpx.post(f"{url}/v1/verify", json={"kind": "code", "tests": CODE_TESTS, **body},
+                      timeout=TASK_TIMEOUT)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["kind"] == "code"
+    return out
+
+
+def test_code_correct_program_passes_every_test(reward_url):
+    body = code_verdict(reward_url, code=GOOD_CODE)
+    [result] = body["results"]
+    assert result["passed"] is True and result["status"] == "ok"
+    assert (result["tests_passed"], result["tests_total"]) == (3, 3)
+    assert result["reward"] == 1.0 and body["pass_rate"] == 1.0
+
+
+def test_code_responses_are_extracted_and_rewarded_by_pass_rate(reward_url):
+    responses = [f"Here is my fix:\n```python\n{GOOD_CODE}```\nDone.",
+                 f"```python\n{BUGGY_CODE}```",
+                 "I would rather not.",
+                 "```python\ndef add(a, b)\n    return a + b\n```"]  # a syntax error
+    body = code_verdict(reward_url, responses=responses)
+    results = body["results"]
+    assert [r["passed"] for r in results] == [True, False, False, False]
+    assert [r["tests_passed"] for r in results] == [3, 1, 0, 0]
+    assert [r["reward"] for r in results] == pytest.approx([1.0, 1 / 3, 0.0, 0.0])
+    assert "test_negative" in results[1]["failures"]
+    assert "could not load" in results[3]["reason"]
+    assert body["pass_rate"] == 0.25
+    strict = code_verdict(reward_url, responses=responses[:2],
+                          rewards={"partial": False, "passed": 2.0, "failed": -1.0})
+    assert [r["reward"] for r in strict["results"]] == [2.0, -1.0]
+
+
+def test_code_infinite_loops_are_contained_and_reported(reward_url):
+    """A busy loop hits the CPU limit, a sleeping one the wall clock; both are verdicts."""
+    before = server_errors(reward_url)
+    spin = GOOD_CODE + "while True:\n    pass\n"
+    sleep = GOOD_CODE + "import time\nwhile True:\n    time.sleep(1)\n"
+    hang_in_test = "def add(a, b):\n    while True:\n        pass\n"
+    body = code_verdict(reward_url, responses=[spin, sleep, hang_in_test], limits=FAST_LIMITS)
+    statuses = [r["status"] for r in body["results"]]
+    assert statuses[0] in ("cpu_limit", "timeout") and statuses[1] == "timeout", statuses
+    assert statuses[2] in ("cpu_limit", "timeout"), statuses
+    assert all(not r["passed"] and r["reward"] == 0.0 for r in body["results"])
+    assert server_errors(reward_url) == before
+
+
+BAD_CODE_REQUESTS = {
+    "neither code nor responses": ({"tests": CODE_TESTS}, "exactly one of 'code'"),
+    "both code and responses": ({"tests": CODE_TESTS, "code": GOOD_CODE,
+                                 "responses": [GOOD_CODE]}, "exactly one of 'code'"),
+    "no tests": ({"code": GOOD_CODE}, "Field required"),
+    "empty tests": ({"code": GOOD_CODE, "tests": ""}, "at least 1 character"),
+    "tests do not parse": ({"code": GOOD_CODE, "tests": "def test_x(:\n"}, "does not parse"),
+    "too many responses": ({"tests": CODE_TESTS, "responses": ["x"] * 33}, "at most 32"),
+    "limits too generous": ({"code": GOOD_CODE, "tests": CODE_TESTS,
+                             "limits": {"wall_seconds": 600}}, "less than or equal to 60"),
+    "unknown limit": ({"code": GOOD_CODE, "tests": CODE_TESTS,
+                       "limits": {"seccomp_filter": False}}, "seccomp_filter"),
+    "NaN reward": ({"code": GOOD_CODE, "tests": CODE_TESTS, "rewards": {"passed": "NaN"}},
+                   "finite"),
+    "code not a string": ({"code": 42, "tests": CODE_TESTS}, "valid string"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CODE_REQUESTS)
+def test_bad_code_request_gets_a_422(reward_url, case):
+    body, fragment = BAD_CODE_REQUESTS[case]
+    before = server_errors(reward_url)
+    resp = httpx.post(f"{reward_url}/v1/verify", json={"kind": "code", **body},
+                      timeout=TASK_TIMEOUT)
+    assert resp.status_code == 422, (resp.status_code, resp.text)
+    assert fragment in json.dumps(resp.json()["detail"], ensure_ascii=False)
+    assert server_errors(reward_url) == before
+
+
+def test_metrics_count_code_verifications(reward_url):
+    before = verifications(reward_url)
+    code_verdict(reward_url, responses=[GOOD_CODE, BUGGY_CODE, "while True:\n    pass\n"],
+                 limits=FAST_LIMITS)
+    after = verifications(reward_url)
+
+    def added(result: str) -> float:
+        return after.get(("code", result), 0.0) - before.get(("code", result), 0.0)
+
+    assert added("passed") == 1 and added("failed") == 1
+    assert added("cpu_limit") + added("timeout") == 1

@@ -71,6 +71,13 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
             "model": "player", "messages": [{"role": "user", "content": "Your move?"}],
             "max_tokens": 4})
         assert resp.status_code == 200 and resp.json()["model"] == "player"
+        # The judge service runs beside them (rubric backend, verdicts cached in the run's Redis).
+        judge = f"http://127.0.0.1:{cfg.services.judge_port}"
+        assert httpx.get(judge + "/health").json()["cache"] == "ok"
+        verdict = httpx.post(judge + "/v1/judge/pairwise", timeout=30, json={
+            "context": "Name a prime.", "a": "7 is a prime number.", "b": "",
+            "rubric": "helpfulness"}).json()
+        assert verdict["winner"] == "a"
         # The trainer exported its per-agent metrics while it ran.
         assert any('agora_trainer_policy_version{agent="player"}' in text for text in scraped)
         assert any('agora_trainer_kl{agent="player"}' in text for text in scraped)

@@ -10,7 +10,9 @@ Per update:
    each completion position, the reference logprob (for the KL penalty) and the hidden state the
    critic reads. Why the critic reads the frozen base's features: it costs no extra forward and
    keeps value gradients out of the adapter, so the policy's few LoRA parameters serve the
-   policy alone. The value head is a small MLP trained on those features.
+   policy alone. The value head is a small MLP trained on those features. (With no KL term
+   and a single pass, this forward is skipped and the critic reads the policy's own, detached
+   features instead: see ``update``.)
 2. Per-token reward = -kl_coef * (logp_behaviour - logp_ref), plus the turn reward on the last
    token; GAE(gamma, lambda) over the completion tokens gives advantages and returns.
 3. For ``epochs`` passes over minibatches: forward with the adapter on, ratio against the
@@ -35,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agora.algos import shared_prefix
 from agora.config import AgentConfig, PPOConfig
 from agora.hardware import cpu_has_fast_bf16
 
@@ -55,7 +58,8 @@ class TurnSample:
 class Batch:
     input_ids: torch.Tensor  # [B, T] right-padded
     attention_mask: torch.Tensor  # [B, T]
-    pred_index: torch.Tensor  # [N] flat index into B*T of the position predicting each action
+    prompts: list[list[int]]  # each turn's prompt tokens (to find shared prefixes)
+    pred_pos: torch.Tensor  # [N] position (within its row) of the logits predicting each action
     labels: torch.Tensor  # [N] the action token ids
     seq_of_token: torch.Tensor  # [N] which sample each action token belongs to
     behaviour_logprobs: torch.Tensor  # [N]
@@ -67,21 +71,22 @@ def collate(samples: list[TurnSample], pad_id: int) -> Batch:
     width = max(lengths)
     input_ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(samples), width), dtype=torch.long)
-    pred_index, labels, seq_of_token, behaviour = [], [], [], []
+    pred_pos, labels, seq_of_token, behaviour = [], [], [], []
     for row, s in enumerate(samples):
         ids = s.prompt_ids + s.completion_ids
         input_ids[row, : len(ids)] = torch.tensor(ids)
         attention_mask[row, : len(ids)] = 1
         for k, token in enumerate(s.completion_ids):
             # The logits at position p predict token p+1: action k sits at len(prompt)+k.
-            pred_index.append(row * width + len(s.prompt_ids) + k - 1)
+            pred_pos.append(len(s.prompt_ids) + k - 1)
             labels.append(token)
             seq_of_token.append(row)
         behaviour.extend(s.behaviour_logprobs)
     return Batch(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        pred_index=torch.tensor(pred_index),
+        prompts=[s.prompt_ids for s in samples],
+        pred_pos=torch.tensor(pred_pos),
         labels=torch.tensor(labels),
         seq_of_token=torch.tensor(seq_of_token),
         behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32),
@@ -171,13 +176,29 @@ class PPOLearner:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16)
 
     def _action_hidden(self, batch: Batch, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states at the positions that predict each action token."""
-        lm = self._causal_lm()
-        ids, mask = batch.input_ids, batch.attention_mask
-        if rows is not None:
-            ids, mask = ids[rows], mask[rows]
-        hidden = lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
-        return hidden.reshape(-1, hidden.shape[-1])
+        """Final hidden states ``[N, H]`` at the positions that predict each action token of
+        the given sample rows (all rows by default), in the batch's flat token order.
+
+        Rows are forwarded in groups sharing a prompt prefix, which is computed once per group
+        (``shared_prefix``); each group is trimmed to its own longest row."""
+        body = self._causal_lm().model
+        if rows is None:
+            rows = torch.arange(len(batch.prompts))
+        token_rows, pieces = [], []
+        groups = shared_prefix.prefix_groups([batch.prompts[int(r)] for r in rows])
+        for members, prefix_len in groups:
+            sample_ids = rows[members]
+            width = int(batch.attention_mask[sample_ids].sum(1).max())
+            hidden = shared_prefix.hidden_states(
+                body, batch.input_ids[sample_ids, :width],
+                batch.attention_mask[sample_ids, :width], prefix_len)
+            tokens = torch.nonzero(torch.isin(batch.seq_of_token, sample_ids)).squeeze(-1)
+            local_row = {int(s): i for i, s in enumerate(sample_ids)}
+            local = torch.tensor([local_row[int(s)] for s in batch.seq_of_token[tokens]])
+            pieces.append(hidden[local, batch.pred_pos[tokens]])
+            token_rows.append(tokens)
+        order = torch.argsort(torch.cat(token_rows))
+        return torch.cat(pieces)[order]
 
     def _logprobs(self, hidden_at_actions: torch.Tensor, labels: torch.Tensor):
         logits = self._causal_lm().lm_head(hidden_at_actions).float()
@@ -195,15 +216,30 @@ class PPOLearner:
         ppo = self.ppo
         batch = collate(samples, self.pad_id)
 
-        # 1. Reference logprobs and critic features, adapter off, no grad.
-        with torch.no_grad(), self._autocast(), self.model.disable_adapter():
-            ref_hidden = self._action_hidden(batch)[batch.pred_index].float()
-            ref_logp, _ = self._logprobs(ref_hidden, batch.labels)
-            values = self.value_head(ref_hidden)
+        # 1. Reference logprobs and critic features, adapter off, no grad. Without a KL term
+        #    and with a single pass over one minibatch there is nothing to compare against the
+        #    reference, so that forward is skipped ("fused"): the one forward with the adapter on
+        #    gives the policy's logprobs (with grad) and, detached, the critic's features. That
+        #    forward is a third of the update's cost.
+        # A batch overshoots batch_turns by up to one episode's turns: minibatch_turns >=
+        # batch_turns means "the whole batch in one minibatch", however big it came out.
+        minibatch = len(samples) if ppo.minibatch_turns >= ppo.batch_turns else ppo.minibatch_turns
+        fused = ppo.kl_coef == 0 and ppo.epochs == 1 and minibatch >= len(samples)
+        if fused:
+            with self._autocast():
+                fused_hidden = self._action_hidden(batch).float()
+            features = fused_hidden.detach()
+            ref_logp = None
+        else:
+            with torch.no_grad(), self._autocast(), self.model.disable_adapter():
+                features = self._action_hidden(batch).float()
+                ref_logp, _ = self._logprobs(features, batch.labels)
+        with torch.no_grad():
+            values = self.value_head(features)
 
         # 2. Per-token rewards (KL penalty + turn reward on the last token), then GAE.
         old_logp = batch.behaviour_logprobs
-        kl = old_logp - ref_logp
+        kl = old_logp - ref_logp if ref_logp is not None else torch.zeros_like(old_logp)
         token_rewards = -ppo.kl_coef * kl
         is_last = torch.ones_like(batch.seq_of_token, dtype=torch.bool)
         is_last[:-1] = batch.seq_of_token[1:] != batch.seq_of_token[:-1]
@@ -219,18 +255,15 @@ class PPOLearner:
         generator = torch.Generator().manual_seed(self.updates)
         for _epoch in range(ppo.epochs):
             order = torch.randperm(len(samples), generator=generator)
-            for start in range(0, len(samples), ppo.minibatch_turns):
-                rows = order[start : start + ppo.minibatch_turns]
+            for start in range(0, len(samples), minibatch):
+                rows = order[start : start + minibatch]
                 token_sel = torch.isin(batch.seq_of_token, rows)
-                # Map the selected tokens' flat positions into the minibatch's own layout.
-                width = batch.input_ids.shape[1]
-                row_pos = {int(r): i for i, r in enumerate(rows)}
-                flat = batch.pred_index[token_sel]
-                local = torch.tensor([row_pos[int(f) // width] * width + int(f) % width
-                                      for f in flat])
-                with self._autocast():
-                    hidden = self._action_hidden(batch, rows)[local].float()
-                    new_logp, entropy = self._logprobs(hidden, batch.labels[token_sel])
+                if fused:
+                    hidden = fused_hidden  # the whole batch, already forwarded with grad
+                else:
+                    with self._autocast():
+                        hidden = self._action_hidden(batch, rows).float()
+                new_logp, entropy = self._logprobs(hidden, batch.labels[token_sel])
                 log_ratio = new_logp - old_logp[token_sel]
                 ratio = log_ratio.exp()
                 adv = advantages[token_sel]
@@ -243,7 +276,7 @@ class PPOLearner:
                 torch.nn.utils.clip_grad_norm_(self.policy_params, ppo.max_grad_norm)
                 self.policy_opt.step()
 
-                v_pred = self.value_head(ref_hidden[token_sel])
+                v_pred = self.value_head(features[token_sel])
                 vf_loss = F.mse_loss(v_pred, returns[token_sel])
                 self.value_opt.zero_grad(set_to_none=True)
                 vf_loss.backward()
@@ -258,7 +291,7 @@ class PPOLearner:
         self.updates += 1
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out.update(
-            kl=float(kl.mean()),
+            **({} if ref_logp is None else {"kl": float(kl.mean())}),
             reward_mean=float(batch.rewards.mean()),
             value_mean=float(values.mean()),
             turns=float(len(samples)),
@@ -308,6 +341,6 @@ class PPOLearner:
         with vLLM's)."""
         batch = collate([sample], self.pad_id)
         with torch.no_grad():
-            hidden = self._action_hidden(batch)[batch.pred_index].float()
+            hidden = self._action_hidden(batch).float()
             logp, _ = self._logprobs(hidden, batch.labels)
         return logp.tolist()

@@ -25,12 +25,15 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 
 from agora.bots import make_bot
 from agora.config import RunConfig, parse_config
-from agora.envs import make_env
+from agora.envs import TurnBasedEnv, make_env
+from agora.envs.discussion import Discussion, DiscussionTask
 from agora.models import resolve_model
 from agora.policy_client import RETRYABLE, PolicyClient, PolicyUnavailable, load_tokenizer
 from agora.records import EpisodeRecord, RewardParts
+from agora.rewards import discussion_rewards
 from agora.rollout.runner import BotPlayer, LLMPlayer, Player, run_episode
 from agora.stream import EpisodeStream
+from agora.tasks import Task, TaskRef
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +116,29 @@ def build_players(cfg: RunConfig, payload: dict, stream: EpisodeStream) -> list[
     return players
 
 
-def verify(cfg: RunConfig, record: EpisodeRecord) -> dict:
-    """Ask the reward service for the verdict, retrying while it is unreachable."""
-    url = f"http://{cfg.services.host}:{cfg.services.reward_port}/v1/verify"
-    body = {
+def build_env(cfg: RunConfig, payload: dict) -> TurnBasedEnv:
+    """The episode's environment; a discussion gets the task the trainer drew for it."""
+    if cfg.environment.name == "discussion":
+        task = Task.model_validate(payload["task"])
+        return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
+                          num_agents=len(cfg.environment.seats), rounds=cfg.environment.rounds)
+    return make_env(cfg.environment.name)
+
+
+def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -> dict:
+    """The reward service's request: replay a game, or check every answer of a discussion."""
+    if cfg.environment.name == "discussion":
+        task = Task.model_validate(payload["task"])
+        return {
+            "kind": task.kind,
+            "task": TaskRef.model_validate(task.model_dump(include=set(TaskRef.model_fields)))
+            .model_dump(mode="json"),
+            "responses": [t.text for t in record.turns],
+            "rewards": {"correct": cfg.reward.correct, "wrong": cfg.reward.wrong},
+            "mode": cfg.reward.mode,
+            **({"blend_weight": cfg.reward.blend_weight} if cfg.reward.mode == "blend" else {}),
+        }
+    return {
         "task": "game_outcome",
         "env": record.env,
         "actions": [t.text for t in record.turns],
@@ -128,6 +150,11 @@ def verify(cfg: RunConfig, record: EpisodeRecord) -> dict:
             "illegal": cfg.environment.illegal_move_penalty,
         },
     }
+
+
+def verify(cfg: RunConfig, body: dict) -> dict:
+    """Ask the reward service for the verdict, retrying while it is unreachable."""
+    url = f"http://{cfg.services.host}:{cfg.services.reward_port}/v1/verify"
     try:
         for attempt in Retrying(
             retry=retry_if_exception_type(RETRYABLE),
@@ -136,14 +163,17 @@ def verify(cfg: RunConfig, record: EpisodeRecord) -> dict:
             reraise=True,
         ):
             with attempt:
-                resp = httpx.post(url, json=body, timeout=30)
+                resp = httpx.post(url, json=body, timeout=60)
     except RETRYABLE as err:
         raise RewardUnavailable(f"reward service unreachable at {url}: {err}") from err
     resp.raise_for_status()
     return resp.json()
 
 
-def apply_verdict(record: EpisodeRecord, verdict: dict) -> None:
+def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0) -> None:
+    if "results" in verdict and verdict.get("kind") in ("math", "nli"):
+        apply_discussion_verdict(record, verdict, cooperation)
+        return
     record.results = verdict["results"]
     for turn, reward in zip(record.turns, verdict["turn_rewards"], strict=True):
         turn.reward = float(reward)
@@ -154,6 +184,29 @@ def apply_verdict(record: EpisodeRecord, verdict: dict) -> None:
         totals[agent] = totals.get(agent, 0.0) + float(verdict["seat_rewards"][seat])
     record.rewards = totals
     record.reward_parts = {a: RewardParts(verifier=v) for a, v in totals.items()}
+
+
+def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: float) -> None:
+    """Turn rewards from per-answer verdicts, mixed across rounds and teammates (MAPoRL)."""
+    seats = len(record.seats)
+    results = verdict["results"]
+    if len(results) != len(record.turns) or len(results) % seats:
+        raise ValueError(f"verdict has {len(results)} results for {len(record.turns)} turns")
+    rounds = len(results) // seats
+    grid = [results[r * seats:(r + 1) * seats] for r in range(rounds)]
+    rewards = discussion_rewards([[float(x["reward"]) for x in row] for row in grid], cooperation)
+    for index, turn in enumerate(record.turns):
+        r, seat = divmod(index, seats)
+        turn.reward = rewards[r][seat]
+        turn.legal = bool(grid[r][seat]["parsable"])
+    correct = [[1.0 if x["correct"] else 0.0 for x in row] for row in grid]
+    record.results = ["correct" if c else "wrong" for c in correct[-1]]
+    record.info["scores"] = correct
+    totals: dict[str, list[float]] = {}
+    for turn in record.turns:
+        totals.setdefault(turn.agent, []).append(turn.reward)
+    record.rewards = {a: sum(v) / len(v) for a, v in totals.items()}
+    record.reward_parts = {a: RewardParts(verifier=v) for a, v in record.rewards.items()}
 
 
 def record_stats(stream: EpisodeStream, record: EpisodeRecord) -> None:
@@ -183,7 +236,7 @@ def play(payload: dict) -> str:
     seed = int(payload["seed"])
     record = asyncio.run(
         run_episode(
-            make_env(cfg.environment.name),
+            build_env(cfg, payload),
             players,
             run_id=payload["run_id"],
             episode_id=episode_id,
@@ -191,7 +244,10 @@ def play(payload: dict) -> str:
             opponent=payload.get("opponent", "self"),
         )
     )
-    apply_verdict(record, verify(cfg, record))
+    if "task" in payload:
+        record.task_id = payload["task"]["task_id"]
+    apply_verdict(record, verify(cfg, verification_request(cfg, record, payload)),
+                  cfg.reward.cooperation)
     if not stream.append_once(record):
         return "duplicate"
     record_stats(stream, record)
@@ -228,12 +284,15 @@ def _stream(payload: dict) -> EpisodeStream:
 
 
 def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,
-                    redis_url_: str) -> dict:
-    """One task's arguments: which opponent (drawn from the config's mix) and seat."""
+                    redis_url_: str, task: Task | None = None) -> dict:
+    """One task's arguments: which opponent (drawn from the config's mix) and seat, and for a
+    discussion the question to discuss."""
     names = list(cfg.environment.opponents)
     weights = [cfg.environment.opponents[n] for n in names]
     opponent = rng.choices(names, weights=weights)[0]
+    extra = {"task": task.model_dump(mode="json")} if task is not None else {}
     return {
+        **extra,
         "run_id": run_id,
         "episode_id": f"{run_id}-{index:08d}",
         "seed": cfg.seed * 1_000_003 + index,

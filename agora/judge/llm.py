@@ -1,0 +1,162 @@
+"""The LLM judge: any OpenAI-compatible ``/v1/chat/completions`` server (a vLLM judge model in
+compose; locally the base model on the policy server).
+
+Failure policy, and why:
+- Connection errors and 5xx are retried with exponential backoff (tenacity): a judge server that
+  is restarting should slow a request down, not fail it.
+- After the retries, or on a 4xx (our request does not suit that server: unknown model, prompt
+  longer than its context), the call raises ``JudgeUpstreamError``, which the service answers
+  with 502 (504 on a read timeout): the failure is the judge model's, not the caller's input.
+- An answer that arrives but says nothing parseable is not an error: it is a malformed verdict,
+  returned with ``verdict=None`` so the caller's fallback (tie / parsed_ok=false) applies.
+- Greedy decoding (temperature 0 by default) so that a cached verdict is the verdict a repeat
+  call would have produced.
+"""
+
+from __future__ import annotations
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from agora.judge.errors import JudgeUpstreamError
+from agora.judge.prompts import PROMPT_VERSION, pairwise_messages, score_messages
+from agora.judge.schemas import OrderVerdict, Rubric
+from agora.judge.verdicts import parse_scores, parse_verdict, slot_probability, slot_to_candidate
+
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
+
+
+class _ServerError(Exception):
+    """A 5xx from the judge server: retried, then reported."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        super().__init__(f"HTTP {resp.status_code}: {resp.text[:300]}")
+        self.status_code = resp.status_code
+
+
+def chat_url(base_url: str) -> str:
+    """Accept both the OpenAI-style base (``http://host:8000/v1``) and the bare server URL."""
+    base = base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + "/chat/completions"
+
+
+def message_text(data: object) -> str:
+    """The first choice's text; anything missing or non-text reads as empty output (which then
+    parses as a malformed verdict) rather than failing the request."""
+    try:
+        content = data["choices"][0]["message"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        message = "judge model answered 200 without choices[0].message"
+        raise JudgeUpstreamError(502, message) from None
+    return content if isinstance(content, str) else ""
+
+
+class LLMBackend:
+    name = "llm"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        http: httpx.AsyncClient,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        attempts: int = 3,
+        backoff_s: float = 0.25,
+    ) -> None:
+        self.base_url = base_url
+        self.url = chat_url(base_url)
+        self.model = model
+        self.api_key = api_key
+        self.http = http
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    def identity(self) -> dict:
+        """What a verdict depends on besides the inputs: part of the cache key."""
+        return {
+            "backend": self.name,
+            "model": self.model,
+            "prompt": PROMPT_VERSION,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        """A judge model can read any rubric."""
+
+    async def complete(self, messages: list[dict]) -> str:
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((*RETRYABLE, _ServerError)),
+            wait=wait_exponential(multiplier=self.backoff_s, max=4.0),
+            stop=stop_after_attempt(self.attempts),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    resp = await self.http.post(self.url, json=body, headers=headers)
+                    if resp.status_code >= 500:
+                        raise _ServerError(resp)
+        except _ServerError as err:
+            raise JudgeUpstreamError(
+                502, f"judge model at {self.url} failed after {self.attempts} attempts: {err}"
+            ) from None
+        except httpx.TimeoutException as err:
+            if isinstance(err, httpx.ConnectTimeout):
+                raise JudgeUpstreamError(502, f"judge model at {self.url} unreachable") from None
+            message = f"judge model at {self.url} did not answer in time"
+            raise JudgeUpstreamError(504, message) from None
+        except httpx.HTTPError as err:
+            message = f"judge model at {self.url} unreachable: {type(err).__name__}: {err}"
+            raise JudgeUpstreamError(502, message) from None
+        if resp.status_code != 200:
+            message = (
+                f"judge model at {self.url} refused the request (HTTP {resp.status_code}): "
+                f"{resp.text[:500]}"
+            )
+            raise JudgeUpstreamError(502, message)
+        try:
+            data = resp.json()
+        except ValueError:
+            raise JudgeUpstreamError(502, f"judge model at {self.url} answered non-JSON") from None
+        return message_text(data)
+
+    async def judge_order(
+        self, context: str, first: str, second: str, rubric: Rubric, order: str
+    ) -> OrderVerdict:
+        raw = await self.complete(pairwise_messages(context, first, second, rubric))
+        slot = parse_verdict(raw)
+        return OrderVerdict(
+            order=order,
+            raw=raw,
+            verdict=slot,
+            preferred=slot_to_candidate(slot, order),
+            prob_first=slot_probability(slot),
+        )
+
+    async def score(
+        self, context: str, response: str, rubric: Rubric
+    ) -> tuple[str, dict[str, float | None]]:
+        raw = await self.complete(score_messages(context, response, rubric))
+        names = [c.name for c in rubric.criteria]
+        parsed = parse_scores(raw, names, (rubric.scale_min, rubric.scale_max))
+        return raw, {name: parsed.get(name) for name in names}

@@ -1,0 +1,100 @@
+"""Built-in rubrics, referred to by name in requests and run configs.
+
+Every built-in criterion has both a description (for a judge model) and a ``check`` (for the
+deterministic rubric backend), so a named rubric works with either backend.
+"""
+
+from __future__ import annotations
+
+from agora.judge.schemas import Criterion, Rubric, RubricRef
+
+
+class UnknownRubric(ValueError):
+    pass
+
+
+NAMED_RUBRICS: dict[str, Rubric] = {
+    "helpfulness": Rubric(
+        name="helpfulness",
+        instructions="Prefer the response that answers the user's request correctly and directly.",
+        criteria=[
+            Criterion(
+                name="relevance",
+                description="Addresses what the context asks, using its key terms.",
+                check="relevance",
+                weight=2.0,
+            ),
+            Criterion(
+                name="length",
+                description="Long enough to answer, short enough not to ramble (3-200 words).",
+                check="length",
+                min_words=3,
+                max_words=200,
+            ),
+            Criterion(
+                name="non_repetition",
+                description="Does not repeat itself.",
+                check="repetition",
+            ),
+        ],
+    ),
+    "concise": Rubric(
+        name="concise",
+        instructions="Prefer the shortest response that still answers.",
+        criteria=[
+            Criterion(
+                name="relevance",
+                description="Addresses what the context asks.",
+                check="relevance",
+            ),
+            Criterion(
+                name="brevity",
+                description="At most 40 words.",
+                check="length",
+                min_words=1,
+                max_words=40,
+            ),
+        ],
+    ),
+    "story": Rubric(
+        name="story",
+        instructions="Judge the text as a continuation of a collaborative story.",
+        criteria=[
+            Criterion(
+                name="continuity",
+                description="Continues the story so far: same characters, places and events.",
+                check="relevance",
+                weight=2.0,
+            ),
+            Criterion(
+                name="length",
+                description="A paragraph: 30-300 words.",
+                check="length",
+                min_words=30,
+                max_words=300,
+            ),
+            Criterion(
+                name="vocabulary",
+                description="Varied, vivid wording.",
+                check="distinct_words",
+            ),
+            Criterion(
+                name="non_repetition",
+                description="Does not repeat phrases.",
+                check="repetition",
+            ),
+        ],
+    ),
+}
+
+
+def resolve_rubric(ref: RubricRef) -> Rubric:
+    if isinstance(ref, Rubric):
+        return ref
+    try:
+        return NAMED_RUBRICS[ref]
+    except KeyError:
+        raise UnknownRubric(
+            f"unknown rubric '{ref}'; built-in rubrics: {sorted(NAMED_RUBRICS)} "
+            "(or pass a rubric object with criteria)"
+        ) from None

@@ -1,0 +1,78 @@
+"""Multi-model co-training end to end: a MAPoRL discussion between agents on two different base
+models (one vLLM server each) plus a frozen agent, through every real service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+
+from agora.launcher import make_stack
+from agora.procs import free_port
+from agora.records import EpisodeRecord
+from agora.stream import RunKeys
+from tests.stack_helpers import descendants_alive, process_tree, processes_of_run, tiny_config
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+
+
+def _agent(name: str, base: str, trainable: bool = True) -> dict:
+    return {"name": name, "base": base, "trainable": trainable, "lora_rank": 8, "lora_alpha": 16,
+            "sampling": {"max_tokens": 8, "stop": []}}
+
+
+def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tmp_path):
+    server = {"model": "tiny-random", "max_loras": 2, "max_lora_rank": 8, "dtype": "float32",
+              "max_model_len": 1024}
+    cfg = tiny_config(
+        models={"tiny": {**server, "port": free_port()}, "other": {**server, "port": free_port()}},
+        agents=[_agent("alice", "tiny"), _agent("bob", "other"),
+                _agent("carol", "tiny", trainable=False)],
+        environment={"name": "discussion", "seats": ["alice", "bob", "carol"], "rounds": 2,
+                     "prefill": "", "opponents": {"self": 1.0},
+                     "task": {"source": "jsonl", "path": str(SAMPLES / "gsm8k_sample.jsonl"),
+                              "format": "gsm8k"}},
+        reward={"verifier": "math", "cooperation": 0.5},
+        ppo={"batch_turns": 4, "minibatch_turns": 4, "max_updates": 2},
+        workers={"count": 1, "concurrency": 4, "queue_ahead": 4, "visibility_timeout": 30},
+    )
+    stack = make_stack(cfg, "multi", False, runs_root=tmp_path)
+    pids: list[int] = []
+    try:
+        stack.start()
+        assert {s.name for s in stack.services} >= {"policy-tiny", "policy-other", "judge"}
+        pids = [p for s in stack.services for p in process_tree(s.pid)]
+        stack.watch(period_s=1.0)
+
+        client = redis.Redis.from_url(stack.redis_url)
+        keys = RunKeys(stack.run_id)
+        # Each trainable agent has its own learner, versions and adapters; the frozen one has
+        # only its v0 (the base) and never moves.
+        assert int(client.get(keys.version("alice"))) == 2
+        assert int(client.get(keys.version("bob"))) == 2
+        assert int(client.get(keys.version("carol"))) == 0
+        adapters = stack.run_dir / "adapters"
+        assert sorted(p.name for p in (adapters / "alice").iterdir()) == ["v0", "v1", "v2"]
+        assert sorted(p.name for p in (adapters / "bob").iterdir()) == ["v0", "v1", "v2"]
+        assert sorted(p.name for p in (adapters / "carol").iterdir()) == ["v0"]
+        checkpoint = stack.run_dir / "checkpoints" / "ckpt-000002"
+        assert {p.name for p in checkpoint.iterdir()} == {"alice", "bob", "carol"}
+
+        rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["update"] for r in rows] == [1, 2]
+        for row in rows:
+            assert set(row["agents"]) == {"alice", "bob"}
+            for stats in row["agents"].values():
+                assert stats["turns"] >= 4 and 0.0 <= stats["accuracy_last"] <= 1.0
+
+        # Episodes: three agents x two rounds, every answer verified, rewards mixed per round.
+        record = EpisodeRecord.model_validate_json(client.xrange(keys.stream)[0][1][b"record"])
+        assert record.env == "discussion" and record.task_id
+        assert [t.agent for t in record.turns] == ["alice", "bob", "carol"] * 2
+        assert len(record.info["scores"]) == 2 and len(record.info["scores"][0]) == 3
+        assert set(record.rewards) == {"alice", "bob", "carol"}
+    finally:
+        stack.stop()
+    assert descendants_alive(pids) == []
+    assert processes_of_run("multi") == []

@@ -1,0 +1,91 @@
+"""The shared-prefix forward must equal a plain forward: same hidden states, same gradients."""
+
+from __future__ import annotations
+
+import torch
+
+from agora.algos import shared_prefix
+from agora.algos.ppo import PPOLearner, TurnSample, collate
+from agora.config import AgentConfig, PPOConfig
+from agora.envs.tictactoe import TicTacToe
+
+
+def test_prefix_groups_split_on_the_role_token_and_stop_before_the_shortest_prompt():
+    shared = list(range(100, 120))
+    prompts = [
+        shared + [1] + shared + [7, 8, 9],
+        shared + [1] + shared + [5],
+        shared + [2] + shared + [6, 6],
+        shared + [2] + shared + [4],
+    ]
+    groups = shared_prefix.prefix_groups(prompts)
+    assert sorted(groups) == [([0, 1], 41), ([2, 3], 41)]
+    # One prompt is the whole prefix of another: stop one short so it keeps a suffix.
+    assert shared_prefix.prefix_groups([shared, shared + [3]]) == [([0, 1], 19)]
+    # Prompts with nothing in common, or a lone row, forward plainly.
+    assert shared_prefix.prefix_groups([[1, 2, 3], [4, 5, 6]]) == [([0, 1], 0)]
+    assert shared_prefix.prefix_groups([shared]) == [([0], 0)]
+
+
+def _learner(tiny_model) -> PPOLearner:
+    agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
+    learner = PPOLearner(tiny_model, agent, PPOConfig(bf16=False, torch_threads=1))
+    with torch.no_grad():  # a non-zero adapter, so the prefix's keys/values depend on it
+        for p in learner.policy_params:
+            p.add_(torch.randn_like(p) * 0.05)
+    return learner
+
+
+def _tictactoe_turns(learner: PPOLearner, n: int) -> list[TurnSample]:
+    env, turns = TicTacToe(), []
+    game = 0
+    while len(turns) < n:
+        env.reset(seed=game)
+        game += 1
+        while not env.done and len(turns) < n:
+            seat = env.current_seat
+            prompt = learner.tokenizer.apply_chat_template(
+                env.observation(seat), add_generation_prompt=True, tokenize=False) + "["
+            ids = learner.tokenizer.encode(prompt, add_special_tokens=False)
+            move = env.legal_actions()[len(turns) % len(env.legal_actions())]
+            completion = learner.tokenizer.encode(move[1:], add_special_tokens=False)
+            turns.append(TurnSample(ids, completion, [0.0] * len(completion), 1.0))
+            env.step(move)
+    return turns
+
+
+def _plain_action_hidden(learner: PPOLearner, batch) -> torch.Tensor:
+    body = learner.model.get_base_model().model
+    hidden = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    return hidden[batch.seq_of_token, batch.pred_pos]
+
+
+def test_shared_prefix_forward_matches_plain_forward_values_and_gradients(tiny_model):
+    learner = _learner(tiny_model)
+    batch = collate(_tictactoe_turns(learner, 12), learner.pad_id)
+    groups = shared_prefix.prefix_groups(batch.prompts)
+    assert len(groups) == 2 and all(prefix > 40 for _, prefix in groups)  # X and O prompts
+
+    def loss_and_grads(hidden):
+        loss = hidden.pow(2).mean()
+        learner.model.zero_grad(set_to_none=True)
+        loss.backward()
+        return hidden.detach(), [p.grad.clone() for p in learner.policy_params]
+
+    shared_hidden, shared_grads = loss_and_grads(learner._action_hidden(batch))
+    plain_hidden, plain_grads = loss_and_grads(_plain_action_hidden(learner, batch))
+    assert shared_hidden.shape == plain_hidden.shape
+    torch.testing.assert_close(shared_hidden, plain_hidden, atol=1e-4, rtol=1e-4)
+    for got, want in zip(shared_grads, plain_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-3)
+
+
+def test_minibatch_rows_select_their_own_tokens_in_flat_order(tiny_model):
+    learner = _learner(tiny_model)
+    batch = collate(_tictactoe_turns(learner, 10), learner.pad_id)
+    rows = torch.tensor([7, 2, 5])
+    with torch.no_grad():
+        every = _plain_action_hidden(learner, batch)
+        some = learner._action_hidden(batch, rows)
+    selected = torch.isin(batch.seq_of_token, rows)
+    torch.testing.assert_close(some, every[selected], atol=1e-4, rtol=1e-4)
