@@ -162,7 +162,7 @@ def test_files_outside_the_sandbox_cannot_be_read(tmp_path):
         "/etc/shadow",
         str(ROOT / "README.md"),
         str(ROOT / "pyproject.toml"),
-        "/root/.bash_history",
+        str(Path.home() / ".bash_history"),
     ]
     code = (
         "import json, sys\n"

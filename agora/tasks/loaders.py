@@ -9,14 +9,13 @@ reported whichever split is asked for.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from agora.jsonl import read_jsonl
 from agora.tasks import rgym
 from agora.tasks.base import Task, TaskError
 from agora.tasks.formats import PARSERS, SkipRow
@@ -82,23 +81,10 @@ def split_tasks(tasks: list[Task], split: Split, test_fraction: float, seed: int
 
 def _jsonl_tasks(spec: JsonlSpec) -> list[Task]:
     path = spec.path
-    if not path.is_file():
-        raise TaskError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as handle:
-        rows = list(_jsonl_rows(path, handle))
+    rows = list(read_jsonl(path, TaskError, label=path.name))
     return _parse_rows(rows, spec.format, source=f"jsonl:{path.name}",
                        where=lambda n: f"{path.name} line {n}",
                        default_id=lambda n: f"{path.stem}:{n}")
-
-
-def _jsonl_rows(path: Path, lines: Iterable[str]) -> Iterable[tuple[int, Any]]:
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as err:
-            raise TaskError(f"{path.name} line {number}: invalid JSON ({err.msg})") from None
 
 
 def _hf_tasks(spec: HFSpec, split: Split) -> list[Task]:

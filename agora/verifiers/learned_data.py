@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agora.jsonl import read_jsonl
 from agora.records import EpisodeRecord
 
 DifficultyMode = Literal["auto", "task", "proxy"]
@@ -69,17 +70,7 @@ def difficulty_proxy(question: str) -> str:
 
 def jsonl_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON) for every non-blank line; bad JSON names the line."""
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path} line {number}: invalid JSON ({err.msg})") from None
-
+    return read_jsonl(path, DataError)
 
 def read_rows(path: Path) -> list[VerifierRow]:
     """A data file written by ``gen-data`` (or ``balance``); every row is validated."""
