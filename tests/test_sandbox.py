@@ -177,8 +177,9 @@ def test_files_outside_the_sandbox_cannot_be_read(tmp_path):
     result = run_python(code, limits=FAST)
     assert result.status is SandboxStatus.OK, result
     assert "TOP-SECRET" not in result.stdout + result.stderr
-    assert "agora" not in result.stdout  # nothing of the repo's files
     outcome = json.loads(result.stdout)
+    # Nothing of the repo's files (the paths themselves may contain "agora": check contents).
+    assert not any("Post-train LLM agents" in v for v in outcome.values())
     assert all(v in ("PermissionError", "FileNotFoundError") for v in outcome.values()), outcome
     if ROOTED:
         assert outcome["/etc/shadow"] == "PermissionError"
