@@ -17,10 +17,12 @@ Layers, outermost first (each one covers a hole the others leave):
   (uvicorn, Celery) nothing can deadlock between fork and exec.
 * As root, it unshares network, mount, PID and IPC namespaces. The network namespace has only a
   downed loopback: no TCP/UDP anywhere, not even 127.0.0.1 (the Redis broker, vLLM). In the mount
-  namespace `SandboxLimits.hidden_paths` (/root, /work, /tmp, ...) are covered by empty tmpfs and
-  only the interpreter's own prefix is bound back read-only; the working directory is a fresh
-  size-capped tmpfs. In the PID namespace the sandboxed process is init, so when it dies the kernel
-  kills every process it left behind, even ones that called setsid().
+  namespace `SandboxLimits.hidden_paths` (/root, /tmp, /var/lib, ...) and every top-level
+  directory that is not part of the OS (/work, /check, /data: wherever a checkout or a user's files
+  may live; an allow-list, because a deny-list misses the folder nobody thought of) are covered by
+  empty tmpfs and only the interpreter's own prefix is bound back read-only; the working
+  directory is a fresh size-capped tmpfs. In the PID namespace the sandboxed process is init,
+  so when it dies the kernel kills every process it left behind, even ones that called setsid().
 * The sandboxed process then drops to a fresh uid/gid chosen per run (no supplementary groups),
   because RLIMIT_NPROC is not enforced for root and root can read every file. A private uid makes
   the process limit count this run only and lets the parent kill "everything of that uid".
@@ -79,6 +81,25 @@ DEFAULT_HIDDEN_PATHS: tuple[str, ...] = (
     "/var/spool",
     "/var/mail",
 )
+# Top-level directories the OS itself lives in; every other one is hidden when
+# `SandboxLimits.hide_non_system_dirs` is set (the default).
+SYSTEM_TOP_LEVEL_DIRS = frozenset(
+    {
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/usr",
+        "/etc",
+        "/var",
+        "/proc",
+        "/dev",
+        "/sys",
+        "/boot",
+    }
+)
 # World-writable dirs get a writable (but size-capped) tmpfs, the rest a read-only-for-others one.
 _STICKY_DIRS = frozenset({"/tmp", "/var/tmp", "/dev/shm"})
 # Private uids are drawn from a range far above any real account, and checked to be unused.
@@ -120,6 +141,7 @@ class SandboxLimits:
     seccomp_filter: bool = True  # only AF_UNIX sockets, no new namespaces, no io_uring
     require_network_isolation: bool = True  # refuse to run if no network barrier can be set up
     hidden_paths: tuple[str, ...] = DEFAULT_HIDDEN_PATHS
+    hide_non_system_dirs: bool = True  # also hide every top-level dir outside SYSTEM_TOP_LEVEL_DIRS
 
     def __post_init__(self) -> None:
         for name in (
@@ -203,6 +225,21 @@ def _exposed_prefixes(interp: str) -> list[str]:
         if not any(path == k or path.startswith(k + "/") for k in kept):
             kept.append(path)
     return kept
+
+
+def _hidden_paths(limits: SandboxLimits) -> list[str]:
+    """The configured hidden paths plus, by default, every non-OS top-level directory."""
+    hidden = [os.path.realpath(p) for p in limits.hidden_paths]
+    if limits.hide_non_system_dirs:
+        for entry in sorted(os.listdir("/")):
+            path = "/" + entry
+            if (
+                path not in SYSTEM_TOP_LEVEL_DIRS
+                and not os.path.islink(path)
+                and os.path.isdir(path)
+            ):
+                hidden.append(path)
+    return list(dict.fromkeys(hidden))
 
 
 def _live_pids_of_uid(uid: int) -> list[int]:
@@ -313,7 +350,7 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
             "LOGNAME": "sandbox",
         },
         "expose": _exposed_prefixes(interp),
-        "hidden": [os.path.realpath(p) for p in limits.hidden_paths],
+        "hidden": _hidden_paths(limits),
         "status_fd": status_w,
         "limits": {
             "cpu": int(limits.cpu_seconds),

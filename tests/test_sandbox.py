@@ -185,6 +185,26 @@ def test_files_outside_the_sandbox_cannot_be_read(tmp_path):
         assert outcome["/etc/shadow"] == "PermissionError"
 
 
+@pytest.mark.skipif(not ROOTED, reason="creating a top-level directory needs root")
+def test_unknown_top_level_directories_are_hidden_too():
+    """A checkout may live anywhere (CI clones under /check): an allow-list hides it all."""
+    folder = Path(f"/agora-sbx-probe-{os.getpid()}")
+    folder.mkdir()
+    try:
+        (folder / "data.txt").write_text("PRIVATE-CHECKOUT-FILE")
+        result = run_python(f"print(open({str(folder / 'data.txt')!r}).read())", limits=FAST)
+        assert result.status is SandboxStatus.ERROR, result
+        assert "FileNotFoundError" in result.stderr
+        assert "PRIVATE-CHECKOUT-FILE" not in result.stdout
+        opt_out = SandboxLimits(wall_seconds=8, hide_non_system_dirs=False)
+        visible = run_python(f"print(open({str(folder / 'data.txt')!r}).read())", limits=opt_out)
+        assert "PRIVATE-CHECKOUT-FILE" in visible.stdout, visible
+    finally:
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()
+
+
 @pytest.mark.parametrize("seccomp", [True, False], ids=["seccomp+netns", "netns-only"])
 def test_sockets_cannot_reach_localhost_or_the_internet(seccomp):
     with socket.socket() as listener:
