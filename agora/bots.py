@@ -12,6 +12,7 @@ import random
 from functools import cache
 from typing import Protocol
 
+from agora.envs.hanabi import INFO_TOKENS, RANK_COUNTS, Hanabi
 from agora.envs.tictactoe import MARKS, TicTacToe, winner_of
 
 
@@ -68,7 +69,109 @@ class MinimaxBot:
         return f"[{rng.choice([i for score, i in scored if score == best])}]"
 
 
-BOTS: dict[str, type] = {"random": RandomBot, "minimax": MinimaxBot}
+class HanabiRandomBot:
+    """Any legal move: the floor a Hanabi learner must beat (it misplays often and scores ~2)."""
+
+    name = "hanabi_random"
+
+    def act(self, env: Hanabi, rng: random.Random) -> str:
+        return rng.choice(env.legal_actions())
+
+
+class HanabiSimpleBot:
+    """A safe, hint-driven strategy that uses only what its seat may know.
+
+    It reads the fireworks, tokens, discards, the teammates' hands and hint knowledge (all
+    public), and the hints about its own cards, never ``env.hands[own seat]``. It plays only a
+    card the hints prove playable, so it never misplays; otherwise it hints a teammate's playable
+    card (finishing a half-known one first), saves a teammate's last copy about to be discarded,
+    and else discards: a card known useless, else its oldest card without hints.
+    """
+
+    name = "hanabi_simple"
+
+    def act(self, env: Hanabi, rng: random.Random) -> str:
+        seat = env.current_seat
+        for i, (color, rank) in enumerate(env.hints[seat]):
+            if self._known_playable(env, color, rank):
+                return f"[Play] {i}"
+        if env.info_tokens > 0:
+            hint = self._playable_hint(env, seat) or self._save_hint(env, seat)
+            if hint is None and env.info_tokens == INFO_TOKENS:
+                hint = self._any_hint(env, seat)  # a discard would gain nothing
+            if hint is not None:
+                return hint
+        return f"[Discard] {self._discard_index(env, seat)}"
+
+    @staticmethod
+    def _known_playable(env: Hanabi, color: str | None, rank: int | None) -> bool:
+        if rank is None:
+            return False
+        if color is not None:
+            return env.fireworks[color] == rank - 1
+        return all(v == rank - 1 for v in env.fireworks.values())
+
+    def _playable_hint(self, env: Hanabi, seat: int) -> str | None:
+        """A hint that completes a playable card's knowledge, else the first half of one."""
+        halves = []
+        for other in env.teammates(seat):
+            for i, card in enumerate(env.hands[other]):
+                color, rank = env.hints[other][i]
+                if not env.is_playable(card) or self._known_playable(env, color, rank):
+                    continue
+                if rank is None and self._known_playable(env, color, card[1]):
+                    return f"[Reveal] player {other} card {i} rank {card[1]}"
+                if color is None and rank is not None:
+                    return f"[Reveal] player {other} card {i} color {card[0]}"
+                halves.append(f"[Reveal] player {other} card {i} rank {card[1]}")
+        return halves[0] if halves else None
+
+    @staticmethod
+    def _save_hint(env: Hanabi, seat: int) -> str | None:
+        """Mark the next player's oldest unhinted card if it is the last copy left."""
+        other = env.teammates(seat)[0]
+        chop = _oldest_unhinted(env.hints[other])
+        if chop is None:
+            return None
+        color, rank = env.hands[other][chop]
+        still_needed = env.fireworks[color] < rank
+        last_copy = env.discards.count((color, rank)) == RANK_COUNTS[rank] - 1
+        if still_needed and last_copy:
+            return f"[Reveal] player {other} card {chop} rank {rank}"
+        return None
+
+    @staticmethod
+    def _any_hint(env: Hanabi, seat: int) -> str | None:
+        for other in env.teammates(seat):
+            for i, (color, rank) in enumerate(env.hands[other]):
+                known_color, known_rank = env.hints[other][i]
+                if known_rank is None:
+                    return f"[Reveal] player {other} card {i} rank {rank}"
+                if known_color is None:
+                    return f"[Reveal] player {other} card {i} color {color}"
+        return None
+
+    @staticmethod
+    def _discard_index(env: Hanabi, seat: int) -> int:
+        low = min(env.fireworks.values())
+        for i, (color, rank) in enumerate(env.hints[seat]):
+            if rank is not None and (rank <= low or color and rank <= env.fireworks[color]):
+                return i
+        chop = _oldest_unhinted(env.hints[seat])
+        return 0 if chop is None else chop
+
+
+def _oldest_unhinted(hints: list) -> int | None:
+    return next((i for i, (color, rank) in enumerate(hints) if color is None and rank is None),
+                None)
+
+
+BOTS: dict[str, type] = {
+    "random": RandomBot,
+    "minimax": MinimaxBot,
+    "hanabi_random": HanabiRandomBot,
+    "hanabi_simple": HanabiSimpleBot,
+}
 
 
 def make_bot(name: str) -> Bot:

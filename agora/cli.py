@@ -21,6 +21,7 @@ from rich.table import Table
 from agora.config import ConfigError, RunConfig, load_config
 from agora.launcher import LaunchError, Stack, make_stack
 from agora.procs import ServiceFailed
+from agora.rollout.scoring import ENV_METRICS
 from agora.stream import RunKeys
 from agora.verifier_cli import verifier_app
 
@@ -50,10 +51,20 @@ def progress_table(stack: Stack, started: float) -> Table:
                   caption=f"{elapsed / 60:.1f} min  |  updates {state.get('update', 0)}  |  "
                           f"episodes {episodes} ({episodes / max(elapsed, 1e-6):.2f}/s)  |  "
                           f"logs {stack.run_dir / 'logs'}")
-    if stack.cfg.environment.name == "discussion":
+    env = stack.cfg.environment.name
+    if env == "discussion":
         columns = {"version": "policy_version", "reward": "reward_mean",
                    "acc turn 1": "accuracy_first", "acc last turn": "accuracy_last",
                    "answer parsed": "legal_rate", "KL": "kl", "update s": "update_s"}
+    elif env in ENV_METRICS:  # negotiation, story, code_debug: their own metrics
+        columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
+                   **{m.replace("_", " "): m for m in ENV_METRICS[env]},
+                   "KL": "kl", "update s": "update_s"}
+        if "pool" in stack.cfg.environment.opponents:
+            columns["pool Elo"] = "pool_elo"
+        if int(stats.get("judge_requests", 0)):
+            table.caption += (f"  |  judge calls {stats['judge_requests']} "
+                              f"({stats.get('judge_malformed', 0)} malformed)")
     else:
         columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
                    "win vs random": "win_rate", "KL": "kl", "update s": "update_s"}

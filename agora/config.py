@@ -7,6 +7,7 @@ the dotted path (``ppo.clip_range: Input should be less than 1``), which is what
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +22,6 @@ from pydantic import (
     model_validator,
 )
 
-from agora.envs.tictactoe import TicTacToe
 from agora.tasks.specs import TaskSpec
 
 
@@ -78,26 +78,152 @@ class AgentConfig(_Strict):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
 
 
+class NegotiationOptions(_Strict):
+    """``environment.name: negotiation`` (agora/envs/negotiation.py).
+
+    A turn's reward is the agent's utility (its share's value over the whole pool's value to
+    it; 0 without a deal) + ``fairness`` x the Nash product of everyone's utilities (high only
+    when every agent gets a good share) + ``coherence`` x the judge's 0..1 score of the turn's
+    message (one ``/v1/judge/score`` per LLM turn; 0 = no judge calls), plus
+    ``environment.illegal_move_penalty`` on an illegal turn (a bad proposal or ACCEPT)."""
+
+    max_rounds: int = Field(4, ge=1, le=20, description="rounds without a deal = no deal")
+    fairness: float = Field(0.0, ge=0.0, le=10.0)
+    coherence: float = Field(0.0, ge=0.0, le=10.0)
+    rubric: str = Field("dialogue", description="judge rubric of the coherence score")
+
+    @field_validator("rubric")
+    @classmethod
+    def _known_rubric(cls, name: str) -> str:
+        return _check_rubric(name)
+
+
+class StoryOptions(_Strict):
+    """``environment.name: story`` (agora/envs/story.py): scored by the judge service.
+
+    ``judge: score``: every writer's reward is (1 - story_weight) x the judge's 0..1 score of
+    its own paragraphs + story_weight x the whole story's score (the shared part is what makes
+    writers cooperate). ``pairwise``: each turn's reward is the judge's preference (0..1) for
+    its paragraph over what the ``baseline`` context agent writes at the same point of the
+    story. ``both``: the mean of the two. An illegal turn (empty, or a repeat) also gets
+    ``environment.illegal_move_penalty``."""
+
+    rounds: int = Field(2, ge=1, le=10, description="each writer writes once per round")
+    premise: str | None = Field(None, min_length=1, max_length=500,
+                                description="fixed premise; default: one per seed")
+    judge: Literal["score", "pairwise", "both"] = "score"
+    rubric: str = "story"
+    story_weight: float = Field(0.5, ge=0.0, le=1.0)
+    baseline: str = Field("template_writer", description="story context agent for pairwise")
+
+    @field_validator("rubric")
+    @classmethod
+    def _known_rubric(cls, name: str) -> str:
+        return _check_rubric(name)
+
+    @field_validator("baseline")
+    @classmethod
+    def _writer(cls, name: str) -> str:
+        from agora.context_agents import CONTEXT_AGENT_FITS
+
+        if CONTEXT_AGENT_FITS.get(name, ("", None))[0] != "story":
+            writers = sorted(n for n, (env, _) in CONTEXT_AGENT_FITS.items() if env == "story")
+            raise ValueError(f"'{name}' is not a story context agent ({writers})")
+        return name
+
+
+class CodeDebugOptions(_Strict):
+    """``environment.name: code_debug`` (agora/envs/code_debug.py): hidden tests decide, run by
+    the reward service in its sandbox. ``pair``: seat 0 writes the (buggy) code, seat 1 fixes
+    it; ``fixer``: one seat fixes the problem's known-buggy code. Rewards as in
+    ``score_debug``: the fixer gets its code's test pass rate, the author 0.5 + 0.5 x its own
+    pass rate if its bug got fixed (else 0); an illegal turn (code that does not parse or
+    define the function) also gets ``environment.illegal_move_penalty``."""
+
+    mode: Literal["pair", "fixer"] = "pair"
+    problem_id: str | None = Field(None, description="pin one problem; default: one per seed")
+    author_plants_bug: bool = True
+    cpu_seconds: int = Field(2, ge=1, le=30, description="sandbox CPU limit per program")
+    wall_seconds: float = Field(8.0, gt=0.0, le=60.0, description="sandbox wall-clock limit")
+
+    @field_validator("problem_id")
+    @classmethod
+    def _known_problem(cls, problem_id: str | None) -> str | None:
+        from agora.envs.code_debug import PROBLEMS_BY_ID
+
+        if problem_id is not None and problem_id not in PROBLEMS_BY_ID:
+            raise ValueError(f"unknown problem '{problem_id}'; known: {sorted(PROBLEMS_BY_ID)}")
+        return problem_id
+
+
+def _check_rubric(name: str) -> str:
+    # Imported here, not at the top: agora.judge's settings import this module.
+    from agora.judge.rubrics import NAMED_RUBRICS
+
+    if name not in NAMED_RUBRICS:
+        raise ValueError(f"unknown rubric '{name}'; built-in rubrics: {sorted(NAMED_RUBRICS)}")
+    return name
+
+
+class PoolConfig(_Strict):
+    """Frozen snapshots of the learner as opponents (``opponents: {pool: w}``; agora/snapshots.py).
+
+    The trainer adds its adapter as a snapshot at v0 and every ``snapshot_every`` updates,
+    keeps the newest ``max_snapshots`` with Elo ratings, and draws one per pool episode
+    (``sampling`` as in ``OpponentPool.sample``); the worker serves it from vLLM under its own
+    LoRA name (``<agent>@v<version>``) and seats it in every seat but the learner's."""
+
+    snapshot_every: int = Field(5, ge=1, description="trainer updates between snapshots")
+    max_snapshots: int = Field(8, ge=1, le=64)
+    sampling: Literal["latest", "uniform", "recency"] = "latest"
+    latest_prob: float = Field(0.5, ge=0.0, le=1.0)
+
+
+# Environments whose seats may be scripted context agents (``context:<name>``), and their sizes.
+CONTEXT_ENVS = ("negotiation", "story", "code_debug")
+# Scripted bots that can fill the other seats of each game (agora/bots.py), as opponents in
+# training ("environment.opponents") and in evaluation ("eval.opponents").
+GAME_BOTS: dict[str, tuple[str, ...]] = {
+    "tictactoe": ("random", "minimax"),
+    "hanabi": ("hanabi_random", "hanabi_simple"),
+}
+# Player counts of the games that allow several.
+GAME_SEATS: dict[str, tuple[int, int]] = {"tictactoe": (2, 2), "hanabi": (2, 5)}
+
+
 class EnvironmentConfig(_Strict):
-    name: Literal["tictactoe", "discussion"] = "tictactoe"
+    name: Literal["tictactoe", "hanabi", "discussion", "negotiation", "story", "code_debug"] = (
+        "tictactoe")
     # Which agent sits in each seat for self-play episodes (a shared policy repeats its name).
-    # In a discussion, one seat per discussing agent.
+    # In a discussion, one seat per discussing agent. In negotiation/story/code_debug a seat may
+    # be a scripted context agent: ``context:<name>`` (a key of the run's ``context_agents``).
     seats: list[str]
-    # Fraction of episodes played against each opponent: "self" (the seats above) or a scripted
-    # bot name ("random", "minimax"). In bot episodes the learner takes a random seat.
+    # Fraction of episodes played against each opponent: "self" (the seats above), a scripted
+    # bot name ("random", "minimax"; games only), or "pool" (a frozen snapshot of the
+    # learner in every other seat, see ``pool``). Against a bot or the pool the learner takes
+    # a random one of its seats.
     opponents: dict[str, float] = Field(default_factory=lambda: {"self": 1.0})
     illegal_move_penalty: float = -1.0
     prefill: str = Field("[", description="text the assistant turn starts with")
     # Discussions: answer-read-revise rounds, and where the questions come from.
     rounds: int = Field(2, ge=1, le=10)
     task: TaskSpec | None = None
+    # Options of the other environments: only the section of ``name`` may be given (it is
+    # filled with its defaults when left out).
+    negotiation: NegotiationOptions | None = None
+    story: StoryOptions | None = None
+    code_debug: CodeDebugOptions | None = None
+    pool: PoolConfig = Field(default_factory=PoolConfig)
 
     @field_validator("seats")
     @classmethod
     def _one_agent_per_seat(cls, seats: list[str], info: ValidationInfo) -> list[str]:
         name = info.data.get("name")
-        if name == "tictactoe" and len(seats) != TicTacToe.num_seats:
-            raise ValueError(f"{name} has {TicTacToe.num_seats} seats, got {len(seats)}")
+        if name in GAME_SEATS:
+            low, high = GAME_SEATS[name]
+            if not low <= len(seats) <= high:
+                size = str(low) if low == high else f"{low}-{high}"
+                raise ValueError(f"{name} has {size} seats, got {len(seats)}")
         if not seats:
             raise ValueError("at least one seat")
         return seats
@@ -105,7 +231,7 @@ class EnvironmentConfig(_Strict):
     @field_validator("opponents")
     @classmethod
     def _check_opponents(cls, opponents: dict[str, float]) -> dict[str, float]:
-        known = {"self", "random", "minimax"}
+        known = {"self", "pool"} | {b for bots in GAME_BOTS.values() for b in bots}
         unknown = set(opponents) - known
         if unknown:
             raise ValueError(f"unknown opponent(s) {sorted(unknown)}; choose from {sorted(known)}")
@@ -122,13 +248,103 @@ class EnvironmentConfig(_Strict):
             if set(self.opponents) != {"self"}:
                 raise ValueError("opponents: scripted bots play games only; a discussion is "
                                  "{self: 1.0}")
+        elif self.name in GAME_BOTS and set(self.opponents) - {"self", "pool",
+                                                                *GAME_BOTS[self.name]}:
+            raise ValueError(f"opponents: {self.name}'s bots are {list(GAME_BOTS[self.name])}")
+        elif self.name in CONTEXT_ENVS and set(self.opponents) - {"self", "pool"}:
+            raise ValueError(f"opponents: {self.name} plays against 'self' (the seats, context "
+                             "agents included) or 'pool'; game bots play games only")
+        for section in CONTEXT_ENVS:
+            if getattr(self, section) is not None and section != self.name:
+                raise ValueError(f"{section}: options of '{section}', but environment.name is "
+                                 f"'{self.name}'")
+        if self.name == "negotiation":
+            self.negotiation = self.negotiation or NegotiationOptions()
+            _seat_count(self.name, self.seats, 2, 3)
+        elif self.name == "story":
+            self.story = self.story or StoryOptions()
+            _seat_count(self.name, self.seats, 2, 3)
+        elif self.name == "code_debug":
+            self.code_debug = self.code_debug or CodeDebugOptions()
+            size = 2 if self.code_debug.mode == "pair" else 1
+            _seat_count(f"code_debug mode '{self.code_debug.mode}'", self.seats, size, size)
         return self
+
+    def seat_roles(self) -> list[str | None]:
+        """Each seat's role where it constrains who may sit there (code_debug's author and
+        fixer), else None."""
+        if self.name == "code_debug" and self.code_debug is not None:
+            return ["author", "fixer"] if self.code_debug.mode == "pair" else ["fixer"]
+        return [None] * len(self.seats)
+
+
+def _seat_count(what: str, seats: list[str], low: int, high: int) -> None:
+    if not low <= len(seats) <= high:
+        size = str(low) if low == high else f"{low}-{high}"
+        raise ValueError(f"seats: {what} has {size} seats, got {len(seats)}")
+
+
+CONTEXT_PREFIX = "context:"
+
+
+class ContextAgentConfig(_Strict):
+    """A scripted seat (agora/context_agents.py), seated as ``context:<name>``.
+
+    Give exactly one of: ``strategy`` (one fixed strategy); ``cycle`` + ``every`` (each
+    strategy for ``every`` trainer updates in turn, round and round); ``schedule`` (points
+    ``[start_update, strategy]``, the first at 0) with an optional repeating ``period``. The
+    clock is the learner's policy version (= the trainer's update index), read by the worker
+    at the start of each episode, so the learner meets partners that change as it trains.
+    """
+
+    strategy: str | None = None
+    cycle: list[str] | None = Field(None, min_length=2)
+    every: int | None = Field(None, ge=1, description="updates per strategy of the cycle")
+    schedule: list[tuple[int, str]] | None = Field(None, min_length=1)
+    period: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ContextAgentConfig:
+        from agora.context_agents import CONTEXT_AGENTS, Schedule
+
+        given = [k for k in ("strategy", "cycle", "schedule") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of strategy, cycle (+ every) or schedule "
+                             f"(+ period); got {given or 'none'}")
+        if (self.cycle is None) != (self.every is None):
+            raise ValueError("cycle and every go together")
+        if self.period is not None and self.schedule is None:
+            raise ValueError("period applies to schedule only")
+        unknown = [n for n in self.strategies() if n not in CONTEXT_AGENTS]
+        if unknown:
+            raise ValueError(f"unknown strategy {unknown}; known: {sorted(CONTEXT_AGENTS)}")
+        if self.schedule is not None:
+            Schedule(tuple(self.schedule), self.period)  # raises ValueError with the reason
+        return self
+
+    def strategies(self) -> list[str]:
+        if self.strategy is not None:
+            return [self.strategy]
+        if self.cycle is not None:
+            return list(dict.fromkeys(self.cycle))
+        return list(dict.fromkeys(name for _, name in self.schedule or []))
+
+    def make_schedule(self):  # -> agora.context_agents.Schedule | None (fixed strategy)
+        from agora.context_agents import Schedule
+
+        if self.cycle is not None and self.every is not None:
+            return Schedule.cycling(self.cycle, self.every)
+        if self.schedule is not None:
+            return Schedule(tuple(self.schedule), self.period)
+        return None
 
 
 class RewardConfig(_Strict):
     # game_outcome: win/draw/loss from replaying a game. math / nli: each answer is checked
-    # against the task's ground truth (correct / wrong below).
-    verifier: Literal["game_outcome", "math", "nli"] = "game_outcome"
+    # against the task's ground truth (correct / wrong below). deal / judge / code_tests: how
+    # negotiation / story / code_debug are scored (their options are in environment.<name>).
+    # Left out: the environment's own (a discussion must choose math or nli).
+    verifier: Literal["game_outcome", "math", "nli", "deal", "judge", "code_tests"] | None = None
     win: float = 1.0
     draw: float = 0.0
     loss: float = -1.0
@@ -157,9 +373,20 @@ class PPOConfig(_Strict):
 
     learning_rate: float = Field(5e-4, gt=0.0, lt=1.0)
     value_learning_rate: float = Field(1e-3, gt=0.0, lt=1.0)
+    # Linear learning-rate anneal over the budget (max_updates or max_minutes, whichever is
+    # further along), as in CleanRL's ppo.py: the policy lr ends at learning_rate times this.
+    # 1.0 keeps it constant. Why: late updates at full lr kept moving a policy that had already
+    # learned the game (KL to the base still rising), so the final adapter varied run to run.
+    final_lr_fraction: float = Field(1.0, ge=0.0, le=1.0)
     batch_turns: int = Field(32, ge=1, description="agent turns per update")
     minibatch_turns: int = Field(16, ge=1, description=">= batch_turns: the whole batch at once")
     epochs: int = Field(1, ge=1, le=16)
+    # How advantages are normalised: over the whole batch, or within each role (seat) of a
+    # shared policy. Per role is the "role-conditioned advantage" of self-play in games whose
+    # seats differ (Tic-Tac-Toe's first mover wins more; Hanabi's seats see different hands):
+    # each role's turns are judged against that role's own typical outcome, so the policy is
+    # not pushed towards whatever the luckier seat happened to do.
+    advantage_norm: Literal["batch", "role"] = "batch"
     clip_range: float = Field(0.2, gt=0.0, lt=1.0)
     kl_coef: float = Field(0.02, ge=0.0)
     gamma: float = Field(1.0, ge=0.0, le=1.0)
@@ -217,9 +444,9 @@ class JudgeConfig(_Strict):
 class EvalConfig(_Strict):
     games: int = Field(200, ge=1)
     tasks: int = Field(100, ge=1, description="held-out tasks per discussion evaluation")
-    opponents: list[Literal["random", "minimax"]] = Field(
-        default_factory=lambda: ["random", "minimax"]
-    )
+    # Scripted bots of the game (GAME_BOTS), or "self": the agent in every seat (for
+    # cooperative games, e.g. Hanabi's self-play score).
+    opponents: list[str] = Field(default_factory=lambda: ["random", "minimax"])
 
 
 class RunConfig(_Strict):
@@ -235,6 +462,8 @@ class RunConfig(_Strict):
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    # Scripted seats, by name (seated as ``context:<name>`` in environment.seats).
+    context_agents: dict[str, ContextAgentConfig] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_references(self) -> RunConfig:
@@ -258,13 +487,28 @@ class RunConfig(_Strict):
                     f"agents.{agent.name}.lora_rank: {agent.lora_rank} exceeds "
                     f"models.{agent.base}.max_lora_rank={self.models[agent.base].max_lora_rank}"
                 )
-        games = self.environment.name == "tictactoe"
-        if games != (self.reward.verifier == "game_outcome"):
+        env = self.environment.name
+        scorers = ENV_VERIFIERS.get(env, ("game_outcome",))  # other envs are games
+        if self.reward.verifier is None and len(scorers) == 1:
+            self.reward.verifier = scorers[0]
+        if self.reward.verifier not in scorers:
             raise ValueError(f"reward.verifier: '{self.reward.verifier}' does not score a "
-                             f"'{self.environment.name}' environment")
-        for seat in self.environment.seats:
-            if seat not in names:
-                raise ValueError(f"environment.seats: '{seat}' is not an agent ({names})")
+                             f"'{env}' environment (use {' or '.join(scorers)})")
+        self._check_seats(names)
+        if env in GAME_BOTS:
+            allowed = {"self", *GAME_BOTS[env]}
+            wrong = [o for o in self.eval.opponents if o not in allowed]
+            if "eval" not in self.model_fields_set and env != "tictactoe":
+                self.eval.opponents = list(GAME_BOTS[env])
+            elif wrong:
+                raise ValueError(f"eval.opponents: {wrong} cannot play {env} (choose from "
+                                 f"{sorted(allowed)})")
+        if "pool" in self.environment.opponents:
+            if len(self.trainable_agents) != 1:
+                raise ValueError("environment.opponents: 'pool' snapshots one learner; the run "
+                                 f"has {len(self.trainable_agents)} trainable agents")
+            if env == "discussion":
+                raise ValueError("environment.opponents: no 'pool' in a discussion")
         port_fields = {
             f"services.{key}": getattr(self.services, key)
             for key in ServicesConfig.model_fields
@@ -277,6 +521,45 @@ class RunConfig(_Strict):
                 raise ValueError(f"{path}: port {port} is already used by {seen[port]}")
             seen[port] = path
         return self
+
+    def _check_seats(self, names: list[str]) -> None:
+        env = self.environment
+        for name in self.context_agents:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]{0,62}", name):
+                raise ValueError(f"context_agents.{name}: names are letters, digits, _ and -")
+        for seat, role in zip(env.seats, env.seat_roles(), strict=True):
+            if not seat.startswith(CONTEXT_PREFIX):
+                if seat not in names:
+                    raise ValueError(f"environment.seats: '{seat}' is not an agent ({names}) "
+                                     f"nor {CONTEXT_PREFIX}<a key of context_agents>")
+                continue
+            key = seat.removeprefix(CONTEXT_PREFIX)
+            if env.name not in CONTEXT_ENVS:
+                raise ValueError(f"environment.seats: '{seat}': context agents sit in "
+                                 f"{list(CONTEXT_ENVS)} only")
+            if key not in self.context_agents:
+                raise ValueError(f"environment.seats: '{seat}': no context_agents.{key} "
+                                 f"({sorted(self.context_agents)})")
+            _check_fit(key, self.context_agents[key], env.name, role)
+        seated = set(env.seats)
+        for agent in self.trainable_agents:
+            if agent.name not in seated:
+                raise ValueError(f"agents.{agent.name}: trainable but in no seat of "
+                                 "environment.seats, so it would never get a turn to train on "
+                                 "(seat it, or set trainable: false)")
+
+    @property
+    def learner(self) -> str | None:
+        """The trainable agent in the first seat that holds one: whose snapshots fill the
+        opponent pool and whose version is the context agents' clock (None: nothing trains)."""
+        trainable = {a.name for a in self.trainable_agents}
+        return next((s for s in self.environment.seats if s in trainable), None)
+
+    @property
+    def clock_agent(self) -> str:
+        """Whose live policy version is the scheduled context agents' clock: the learner, else
+        (nothing trains, e.g. an evaluation) the first agent, whose version stays put."""
+        return self.learner or self.agents[0].name
 
     def agent(self, name: str) -> AgentConfig:
         for agent in self.agents:
@@ -312,6 +595,31 @@ class RunConfig(_Strict):
     def policy_url(self, agent_name: str) -> str:
         model = self.models[self.agent(agent_name).base]
         return f"http://{self.services.host}:{model.port}"
+
+
+# Which reward.verifier values score each environment (the first is the default; an env not
+# listed is a game, scored by replaying it).
+ENV_VERIFIERS: dict[str, tuple[str, ...]] = {
+    "tictactoe": ("game_outcome",),
+    "discussion": ("math", "nli"),
+    "negotiation": ("deal",),
+    "story": ("judge",),
+    "code_debug": ("code_tests",),
+}
+
+
+def _check_fit(key: str, agent: ContextAgentConfig, env: str, role: str | None) -> None:
+    """Every strategy of a context seat must play this env (and this seat's role)."""
+    from agora.context_agents import CONTEXT_AGENT_FITS
+
+    for strategy in agent.strategies():
+        fit_env, fit_role = CONTEXT_AGENT_FITS[strategy]
+        if fit_env != env or (fit_role is not None and role is not None and fit_role != role):
+            where = f"the {role} seat of {env}" if role else env
+            fits = sorted(n for n, (e, r) in CONTEXT_AGENT_FITS.items()
+                          if e == env and (r is None or role is None or r == role))
+            raise ValueError(f"context_agents.{key}: '{strategy}' cannot play {where} "
+                             f"(strategies that can: {fits})")
 
 
 def _format_errors(err: ValidationError) -> str:

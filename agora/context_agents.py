@@ -4,9 +4,10 @@ Three pieces:
 
 * Scripted agents with the bots' interface (``act(env, rng) -> str``, see ``agora.bots``), so
   the rollout runner seats them like any bot: negotiators (``greedy``, ``fair``, ``conceder``),
-  a story writer (``template_writer``), a code author that emits the known bug
-  (``buggy_author``), and two reference fixers (``oracle_fixer``, ``copy_fixer``). They read the
-  env's state, not the prompt, so they never make an illegal move.
+  two story writers (``template_writer``, the weaker ``short_writer``), two code authors (the
+  known bug, ``buggy_author``, or the reference solution, ``reference_author``) and two
+  reference fixers (``oracle_fixer``, ``copy_fixer``). They read the env's state, not the
+  prompt, so they never make an illegal move.
 * ``ScheduledAgent``: several strategies behind one seat, switched on a ``Schedule`` over a
   clock the caller advances (episode index or training update), so the learner cannot overfit
   one fixed partner.
@@ -178,6 +179,35 @@ class TemplateStoryWriter:
         return text
 
 
+_SHORT = (
+    "Then the {w} moved.",
+    "Nobody spoke about the {w}.",
+    "The {w} was gone by morning.",
+    "Someone whispered about the {w} again.",
+    "It all began with the {w}.",
+    "The {w} and the {v} were connected.",
+)
+
+
+class ShortStoryWriter:
+    """A lazy co-writer: one short sentence around a word of the premise. A weaker partner
+    than ``template_writer`` (the judge's length and continuity scores of the story drop), so
+    a writer scheduled against both has to carry the story sometimes."""
+
+    name = "short_writer"
+
+    def act(self, env: StoryWriting, rng: random.Random) -> str:
+        topic = [w for w in words(env.premise) if len(w) >= 4 and w not in STOP_WORDS]
+        topic = topic or ["door"]
+        taken = {" ".join(str(p["text"]).lower().split()) for p in env.paragraphs}
+        text = ""
+        for _ in range(20):
+            text = rng.choice(_SHORT).format(w=rng.choice(topic), v=rng.choice(topic))
+            if " ".join(text.lower().split()) not in taken:
+                break
+        return text
+
+
 class BuggyAuthor:
     """Emits the problem's known-buggy solution (the bug list), like a model answer."""
 
@@ -185,6 +215,17 @@ class BuggyAuthor:
 
     def act(self, env: CodeDebug, rng: random.Random) -> str:
         return f"Here is the function.\n```python\n{env.problem.buggy}```"
+
+
+class ReferenceAuthor:
+    """Emits the reference solution as the author: code with no bug, so a fixer that rewrites
+    working code is punished. Alternated with ``buggy_author`` on a schedule, it keeps a fixer
+    from learning "always change something"."""
+
+    name = "reference_author"
+
+    def act(self, env: CodeDebug, rng: random.Random) -> str:
+        return f"Here is the function.\n```python\n{env.problem.solution}```"
 
 
 class OracleFixer:
@@ -210,9 +251,24 @@ CONTEXT_AGENTS: dict[str, type] = {
     "fair": FairNegotiator,
     "conceder": ConcederNegotiator,
     "template_writer": TemplateStoryWriter,
+    "short_writer": ShortStoryWriter,
     "buggy_author": BuggyAuthor,
+    "reference_author": ReferenceAuthor,
     "oracle_fixer": OracleFixer,
     "copy_fixer": CopyFixer,
+}
+# Which env (and which role in it, None = any seat) each strategy plays: they read that env's
+# state, so a run config seating one elsewhere is refused before anything starts.
+CONTEXT_AGENT_FITS: dict[str, tuple[str, str | None]] = {
+    "greedy": ("negotiation", None),
+    "fair": ("negotiation", None),
+    "conceder": ("negotiation", None),
+    "template_writer": ("story", None),
+    "short_writer": ("story", None),
+    "buggy_author": ("code_debug", "author"),
+    "reference_author": ("code_debug", "author"),
+    "oracle_fixer": ("code_debug", "fixer"),
+    "copy_fixer": ("code_debug", "fixer"),
 }
 
 

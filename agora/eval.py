@@ -41,6 +41,8 @@ class MatchResult:
     forfeits: int
     llm_turns: int
     legal_turns: int
+    score_total: float = 0.0  # cooperative games: sum of the team's scores (Hanabi: 0-25)
+    scored: int = 0
 
     @property
     def legal_rate(self) -> float:
@@ -55,6 +57,7 @@ class MatchResult:
             "draw": self.rate("draws"), "loss": self.rate("losses"),
             "win_ci95": wilson(self.wins, self.games), "forfeits": self.forfeits,
             "legal_rate": self.legal_rate,
+            **({"score": self.score_total / self.scored} if self.scored else {}),
         }
 
 
@@ -71,12 +74,18 @@ async def play_matches(
                               http=http)
         gate = asyncio.Semaphore(concurrency)
 
+        seats = len(cfg.environment.seats)
+
         async def one(game: int) -> None:
-            seat = game % 2
-            players = [BotPlayer(make_bot(opponent)), BotPlayer(make_bot(opponent))]
-            players[seat] = LLMPlayer(agent, client, prefill=cfg.environment.prefill)
+            seat = game % seats
+            me = LLMPlayer(agent, client, prefill=cfg.environment.prefill)
+            # "self": the agent in every seat (a cooperative game's self-play score).
+            players: list = [me if opponent == "self" else BotPlayer(make_bot(opponent))
+                             for _ in range(seats)]
+            players[seat] = me
             async with gate:
-                record = await run_episode(make_env(cfg.environment.name), players,
+                env = make_env(cfg.environment.name, num_seats=seats)
+                record = await run_episode(env, players,
                                            run_id="eval", episode_id=f"eval-{game}",
                                            seed=seed + game, opponent=opponent)
             outcome = record.results[seat]
@@ -85,7 +94,10 @@ async def play_matches(
             result.draws += outcome == "draw"
             result.losses += outcome in ("loss", "illegal")
             result.forfeits += outcome == "illegal"
-            mine = [t for t in record.turns if t.seat == seat]
+            if "score" in record.info:
+                result.score_total += float(record.info["score"])
+                result.scored += 1
+            mine = [t for t in record.turns if t.seat == seat or opponent == "self"]
             result.llm_turns += len(mine)
             result.legal_turns += sum(t.legal for t in mine)
 

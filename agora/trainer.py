@@ -35,7 +35,9 @@ from agora.hardware import pin_to_last_cpus
 from agora.models import resolve_model
 from agora.policy_client import PolicyAdmin
 from agora.records import EpisodeRecord
+from agora.rollout.scoring import ENV_METRICS
 from agora.rollout.tasks import QUEUE, TASK_NAME, episode_payload, make_celery
+from agora.snapshots import SnapshotPool
 from agora.stream import EpisodeStream
 from agora.tasks import Task, load_tasks
 from agora.weight_sync import adapter_dir, publish
@@ -60,6 +62,15 @@ AGENT_GAUGES = {
         "hotswap_seconds": "wall time of the last adapter hot-swap",
     }.items()
 }
+# Per-env metrics (negotiation deal rate, story judge score, code pass rate, ...; scorers in
+# agora/rollout/scoring.py report them per episode) and the learner's Elo in the opponent pool.
+ENV_METRIC_NAMES = [m for metrics in ENV_METRICS.values() for m in metrics]
+AGENT_GAUGES.update({
+    name: Gauge(f"agora_trainer_{name}", help_ + " (last 100 episodes)", ["agent"])
+    for metrics in ENV_METRICS.values() for name, help_ in metrics.items()
+})
+AGENT_GAUGES["pool_elo"] = Gauge("agora_trainer_pool_elo", "learner's Elo vs its snapshots",
+                                 ["agent"])
 EPISODES_CONSUMED = Counter("agora_trainer_episodes_consumed_total", "episodes read from stream")
 TURNS_DROPPED = Counter("agora_trainer_stale_turns_dropped_total", "turns dropped as too stale")
 
@@ -97,6 +108,7 @@ class Trainer:
         self.metrics_path = run_dir / "metrics.jsonl"
         self.episodes_path = run_dir / "episodes.jsonl"
         self.tasks: list[Task] = []
+        self.snapshots: SnapshotPool | None = None  # opponents: {pool: w}
 
     # --- set-up ---------------------------------------------------------------------------
     def admin_for(self, agent: str) -> PolicyAdmin:
@@ -142,7 +154,16 @@ class Trainer:
             self.versions[name] = version
             path = learner.save_adapter(adapter_dir(self.run_dir, name, version))
             publish(self.admin_for(name), self.stream, name, version, path)
+        self.snapshots = SnapshotPool.for_run(self.cfg, self.run_dir)
+        self.add_snapshot()
         self.set_state(status="training")
+
+    def add_snapshot(self) -> None:
+        """Freeze the learner's live version into the opponent pool when it is due."""
+        if self.snapshots is not None:
+            name = self.snapshots.agent
+            self.snapshots.maybe_add(self.update_index, self.versions[name],
+                                     adapter_dir(self.run_dir, name, self.versions[name]))
 
     def latest_checkpoint(self) -> Path | None:
         pointer = self.run_dir / "checkpoints" / "latest"
@@ -166,13 +187,21 @@ class Trainer:
             self.checkpoint()
         self.set_state(status="finished")
 
+    def budget_progress(self) -> float:
+        """How far through the budget the run is, 0..1 (the further of updates and minutes)."""
+        ppo = self.cfg.ppo
+        progress = 0.0
+        if ppo.max_updates is not None:
+            progress = max(progress, self.update_index / ppo.max_updates)
+        if ppo.max_minutes is not None:
+            progress = max(progress, (time.monotonic() - self.started) / 60 / ppo.max_minutes)
+        return min(1.0, progress)
+
     def budget_spent(self) -> bool:
         ppo = self.cfg.ppo
-        if ppo.max_updates is not None and self.update_index >= ppo.max_updates:
-            return True
-        if ppo.max_minutes is not None:
-            return (time.monotonic() - self.started) / 60 >= ppo.max_minutes
-        return False
+        if ppo.max_updates is None and ppo.max_minutes is None:
+            return False
+        return self.budget_progress() >= 1.0
 
     def top_up_queue(self) -> None:
         """Keep ``queue_ahead`` episodes in flight or finished-but-unread, no more: episodes
@@ -184,7 +213,7 @@ class Trainer:
             index = int(self.r.incr(self.stream.keys.episodes_enqueued))
             task = self.rng.choice(self.tasks) if self.tasks else None
             payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url,
-                                      task)
+                                      task, self.snapshots.draw if self.snapshots else None)
             self.celery.send_task(TASK_NAME, args=[payload], queue=QUEUE)
 
     def collect(self) -> Collected | None:
@@ -232,6 +261,7 @@ class Trainer:
         self.unacked.extend(got.entry_ids)
         stats: dict[str, dict[str, float]] = {}
         for name, samples in got.turns.items():
+            self.learners[name].set_budget_progress(self.budget_progress())
             stats[name] = self.learners[name].update(samples)
             stats[name]["staleness"] = sum(self.versions[name] - s.version for s in samples) / max(
                 1, len(samples))
@@ -246,6 +276,7 @@ class Trainer:
         for name, path in new_paths.items():
             stats[name]["hotswap_seconds"] = publish(
                 self.admin_for(name), self.stream, name, self.versions[name], path)
+        self.add_snapshot()
         self.report(got, stats)
 
     # --- checkpoints ----------------------------------------------------------------------
@@ -290,6 +321,13 @@ class Trainer:
                     self.recent[agent]["last"].append(float(scores[-1][seat]))
                 elif seat < len(record.results):
                     self.recent[agent][record.opponent].append(record.results[seat] == "win")
+            for agent, values in dict(record.info.get("metrics") or {}).items():
+                if agent in self.recent:  # env metrics (scoring.ENV_METRICS), per agent
+                    for key, value in values.items():
+                        self.recent[agent]["metric:" + key].append(float(value))
+        if self.snapshots is not None:
+            self.snapshots.record(got.records)
+            stats[self.snapshots.agent]["pool_elo"] = self.snapshots.learner_rating
         row = {"update": self.update_index, "elapsed_s": round(time.monotonic() - self.started, 1),
                "episodes": len(got.records), "dropped_stale": got.dropped_stale, "agents": {}}
         for name, agent_stats in stats.items():
@@ -301,6 +339,10 @@ class Trainer:
                 values = self.recent[name].get(source)
                 if values:
                     agent_stats[key] = sum(values) / len(values)
+            for key in ENV_METRIC_NAMES:
+                values = self.recent[name].get("metric:" + key)
+                if values:
+                    agent_stats[key] = sum(values) / len(values)
             for key, gauge in AGENT_GAUGES.items():
                 if key in agent_stats:
                     gauge.labels(name).set(agent_stats[key])
@@ -310,7 +352,8 @@ class Trainer:
         flat = {"update": self.update_index, "elapsed_s": row["elapsed_s"]}
         for name, agent_stats in row["agents"].items():
             for key in ("policy_version", "reward_mean", "win_rate", "legal_rate", "kl",
-                        "update_s", "accuracy_first", "accuracy_last"):
+                        "update_s", "accuracy_first", "accuracy_last", "pool_elo",
+                        *ENV_METRIC_NAMES):
                 if key in agent_stats:
                     flat[f"{name}:{key}"] = agent_stats[key]
         self.set_state(**flat)

@@ -87,3 +87,17 @@ def vllm_tiny(tiny_model, logs_dir) -> Iterator[tuple[str, BaseModelConfig]]:
         yield f"http://127.0.0.1:{cfg.port}", cfg
     finally:
         svc.stop()
+
+
+@pytest.fixture(scope="session")
+def judge_url(logs_dir, redis_url) -> Iterator[str]:
+    """The judge service on its deterministic rubric backend (verdicts cached in Redis)."""
+    port = free_port()
+    env = {"AGORA_JUDGE_BACKEND": "rubric", "AGORA_JUDGE_BASE_URL": "", "REDIS_URL": redis_url}
+    svc = uvicorn_service("judge", "services.judge.app:app", port, logs_dir / "judge.log", env)
+    svc.start()
+    try:
+        svc.wait_healthy(60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        svc.stop()

@@ -164,7 +164,8 @@ def test_opponent_weights_must_not_all_be_zero(tmp_path, example):
 
 def test_unknown_eval_opponent(tmp_path, example):
     example["eval"]["opponents"] = ["random", "stockfish"]
-    assert "eval.opponents.1" in config_error(tmp_path, example)
+    message = config_error(tmp_path, example)
+    assert "eval.opponents: ['stockfish'] cannot play tictactoe" in message
 
 
 def test_missing_required_section(tmp_path, example):

@@ -87,3 +87,19 @@ def test_checkpoint_round_trip_restores_adapter_and_optimizer(tiny_model, tmp_pa
     assert fresh.updates == 1
     assert torch.allclose(torch.tensor(fresh.sequence_logprobs(probe)), torch.tensor(trained),
                           atol=1e-6)
+
+
+def test_learning_rate_anneals_linearly_over_the_budget(tiny_model):
+    agent = AgentConfig(name="a", base="m", lora_rank=4, lora_alpha=8)
+    ppo = PPOConfig(learning_rate=1e-3, final_lr_fraction=0.25, bf16=False)
+    learner = PPOLearner(tiny_model, agent, ppo)
+    assert learner.set_budget_progress(0.0) == pytest.approx(1e-3)
+    assert learner.set_budget_progress(0.5) == pytest.approx(6.25e-4)
+    assert learner.set_budget_progress(1.0) == pytest.approx(2.5e-4)
+    assert learner.set_budget_progress(3.0) == pytest.approx(2.5e-4)  # clamped past the end
+    tok = learner.tokenizer
+    good, bad = (tok.encode(c, add_special_tokens=False)[0] for c in "AB")
+    stats = learner.update(_bandit_samples(learner, good, bad, 4))
+    assert stats["lr"] == pytest.approx(2.5e-4)  # the optimizer really stepped with it
+    constant = PPOLearner(tiny_model, agent, PPOConfig(learning_rate=1e-3, bf16=False))
+    assert constant.set_budget_progress(0.9) == pytest.approx(1e-3)

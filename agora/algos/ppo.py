@@ -122,6 +122,15 @@ def masked_whiten(x: torch.Tensor) -> torch.Tensor:
     return (x - x.mean()) / (x.std() + 1e-8)
 
 
+def whiten_by_group(x: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """Normalise each group's values on their own (role-conditioned advantages)."""
+    out = torch.empty_like(x)
+    for g in torch.unique(group):
+        mask = group == g
+        out[mask] = masked_whiten(x[mask])
+    return out
+
+
 class ValueHead(nn.Module):
     def __init__(self, hidden: int) -> None:
         super().__init__()
@@ -208,6 +217,16 @@ class PPOLearner:
         return logp, entropy
 
     # --- the update -----------------------------------------------------------------------
+    def set_budget_progress(self, progress: float) -> float:
+        """Anneal the policy lr linearly from ``learning_rate`` (progress 0) to
+        ``learning_rate * final_lr_fraction`` (progress 1); returns the lr now in use."""
+        progress = min(1.0, max(0.0, progress))
+        scale = 1.0 - progress * (1.0 - self.ppo.final_lr_fraction)
+        lr = self.ppo.learning_rate * scale
+        for group in self.policy_opt.param_groups:
+            group["lr"] = lr
+        return lr
+
     def update(self, samples: list[TurnSample]) -> dict[str, float]:
         samples = [s for s in samples if s.completion_ids]
         if not samples:
@@ -246,7 +265,12 @@ class PPOLearner:
         token_rewards[is_last] += batch.rewards
         advantages, returns = gae(token_rewards, values, batch.seq_of_token, ppo.gamma,
                                   ppo.gae_lambda)
-        advantages = masked_whiten(advantages)
+        if ppo.advantage_norm == "role":
+            role_ids = {role: i for i, role in enumerate(sorted({s.role for s in samples}))}
+            role_of_sample = torch.tensor([role_ids[s.role] for s in samples])
+            advantages = whiten_by_group(advantages, role_of_sample[batch.seq_of_token])
+        else:
+            advantages = masked_whiten(advantages)
 
         # 3. PPO epochs over minibatches of turns.
         self.model.train()
@@ -292,6 +316,7 @@ class PPOLearner:
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out.update(
             **({} if ref_logp is None else {"kl": float(kl.mean())}),
+            lr=float(self.policy_opt.param_groups[0]["lr"]),
             reward_mean=float(batch.rewards.mean()),
             value_mean=float(values.mean()),
             turns=float(len(samples)),

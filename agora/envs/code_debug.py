@@ -371,8 +371,19 @@ def score_debug(info: dict, limits: SandboxLimits | None = None) -> dict[str, ob
     limits = limits or DEFAULT_LIMITS
     author_code, fixer_code = str(info["author_code"]), str(info["fixer_code"])
     author = verify_code(author_code, problem.tests, limits)
-    same = fixer_code.strip() == author_code.strip()
-    fixer = author if same else verify_code(fixer_code, problem.tests, limits)
+    fixer = author if same_code(info) else verify_code(fixer_code, problem.tests, limits)
+    return debug_scores(info, author, fixer)
+
+
+def same_code(info: dict) -> bool:
+    """The fixer returned the author's code (up to surrounding blank space): one run serves."""
+    return str(info["fixer_code"]).strip() == str(info["author_code"]).strip()
+
+
+def debug_scores(info: dict, author: CodeVerdict, fixer: CodeVerdict) -> dict[str, object]:
+    """``score_debug``'s scores from test verdicts obtained elsewhere (the rollout worker gets
+    them from the reward service, so model-written code never runs in the worker)."""
+    problem = PROBLEMS_BY_ID[str(info["problem_id"])]
     a, f = _summary(author), _summary(fixer)
     author_bug = 0 < author.tests_passed < author.tests_total
     fixed = author_bug and fixer.passed

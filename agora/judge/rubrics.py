@@ -56,6 +56,31 @@ NAMED_RUBRICS: dict[str, Rubric] = {
             ),
         ],
     ),
+    # A turn of a conversation (negotiation messages): the coherence part of their reward.
+    "dialogue": Rubric(
+        name="dialogue",
+        instructions="Judge the message as the next turn of the conversation in the context.",
+        criteria=[
+            Criterion(
+                name="relevance",
+                description="Talks about what the conversation is about, using its key terms.",
+                check="relevance",
+                weight=2.0,
+            ),
+            Criterion(
+                name="length",
+                description="A message, not a speech: 3-80 words.",
+                check="length",
+                min_words=3,
+                max_words=80,
+            ),
+            Criterion(
+                name="non_repetition",
+                description="Does not repeat itself.",
+                check="repetition",
+            ),
+        ],
+    ),
     "story": Rubric(
         name="story",
         instructions="Judge the text as a continuation of a collaborative story.",

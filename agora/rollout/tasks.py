@@ -17,21 +17,20 @@ import json
 import logging
 import os
 import random
+from collections.abc import Callable
 
 import httpx
 import redis
 from celery import Celery
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from agora.bots import make_bot
 from agora.config import RunConfig, parse_config
-from agora.envs import TurnBasedEnv, make_env
-from agora.envs.discussion import Discussion, DiscussionTask
-from agora.models import resolve_model
-from agora.policy_client import RETRYABLE, PolicyClient, PolicyUnavailable, load_tokenizer
+from agora.policy_client import RETRYABLE, PolicyUnavailable
 from agora.records import EpisodeRecord, RewardParts
 from agora.rewards import discussion_rewards
-from agora.rollout.runner import BotPlayer, LLMPlayer, Player, run_episode
+from agora.rollout.runner import run_episode
+from agora.rollout.scoring import RewardUnavailable, score_episode
+from agora.rollout.seating import build_env, build_players, learner_clock
 from agora.stream import EpisodeStream
 from agora.tasks import Task, TaskRef
 
@@ -39,10 +38,6 @@ log = logging.getLogger(__name__)
 
 TASK_NAME = "agora.rollout.play_episode"
 QUEUE = "rollouts"
-
-
-class RewardUnavailable(RuntimeError):
-    pass
 
 
 def redis_url() -> str:
@@ -89,42 +84,6 @@ def _redis(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
-def build_players(cfg: RunConfig, payload: dict, stream: EpisodeStream) -> list[Player]:
-    """Who sits where: the config's seats for self-play, or the learner against a bot."""
-    opponent = payload.get("opponent", "self")
-    seats = list(cfg.environment.seats)
-    if opponent != "self":
-        learner_seat = int(payload.get("learner_seat", 0))
-        learner = seats[learner_seat]
-        seats = ["bot:" + opponent if s != learner_seat else learner for s in range(len(seats))]
-    players: list[Player] = []
-    for name in seats:
-        if name.startswith("bot:"):
-            players.append(BotPlayer(make_bot(name.removeprefix("bot:"))))
-            continue
-        agent = cfg.agent(name)
-        model_path = resolve_model(cfg.models[agent.base].model)
-        client = PolicyClient(
-            cfg.policy_url(name), name, load_tokenizer(model_path), agent.sampling
-        )
-        players.append(LLMPlayer(
-            agent=name,
-            client=client,
-            prefill=cfg.environment.prefill,
-            version=functools.partial(stream.get_version, name),
-        ))
-    return players
-
-
-def build_env(cfg: RunConfig, payload: dict) -> TurnBasedEnv:
-    """The episode's environment; a discussion gets the task the trainer drew for it."""
-    if cfg.environment.name == "discussion":
-        task = Task.model_validate(payload["task"])
-        return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
-                          num_agents=len(cfg.environment.seats), rounds=cfg.environment.rounds)
-    return make_env(cfg.environment.name)
-
-
 def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -> dict:
     """The reward service's request: replay a game, or check every answer of a discussion."""
     if cfg.environment.name == "discussion":
@@ -143,6 +102,7 @@ def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -
         "env": record.env,
         "actions": [t.text for t in record.turns],
         "seed": record.seed,
+        "num_seats": len(record.seats),
         "rewards": {
             "win": cfg.reward.win,
             "draw": cfg.reward.draw,
@@ -184,6 +144,10 @@ def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0
         totals[agent] = totals.get(agent, 0.0) + float(verdict["seat_rewards"][seat])
     record.rewards = totals
     record.reward_parts = {a: RewardParts(verifier=v) for a, v in totals.items()}
+    if "score" in record.info and record.env == "hanabi":
+        # The team's fireworks (0-25): the metric Hanabi is judged by (scoring.ENV_METRICS).
+        record.info["metrics"] = {agent: {"hanabi_score": float(record.info["score"])}
+                                  for agent in totals}
 
 
 def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: float) -> None:
@@ -222,6 +186,10 @@ def record_stats(stream: EpisodeStream, record: EpisodeRecord) -> None:
     for seat, agent in enumerate(record.seats):
         if not agent.startswith("bot:") and seat < len(record.results):
             pipe.hincrby(key, f"result:{record.opponent}:{record.results[seat]}", 1)
+    judged = record.info.get("judge")
+    if isinstance(judged, dict):
+        pipe.hincrby(key, "judge_requests", int(judged.get("requests", 0)))
+        pipe.hincrby(key, "judge_malformed", int(judged.get("malformed", 0)))
     pipe.execute()
 
 
@@ -232,7 +200,8 @@ def play(payload: dict) -> str:
     episode_id = payload["episode_id"]
     if stream.has_episode(episode_id):
         return "duplicate"
-    players = build_players(cfg, payload, stream)
+    clock = learner_clock(cfg, stream) if cfg.context_agents else None
+    players = build_players(cfg, payload, stream, clock=clock)
     seed = int(payload["seed"])
     record = asyncio.run(
         run_episode(
@@ -246,8 +215,13 @@ def play(payload: dict) -> str:
     )
     if "task" in payload:
         record.task_id = payload["task"]["task_id"]
-    apply_verdict(record, verify(cfg, verification_request(cfg, record, payload)),
-                  cfg.reward.cooperation)
+    if cfg.context_agents:
+        record.info["clock"] = clock  # the update index the scheduled context agents saw
+    if "snapshot" in payload:
+        record.info["snapshot"] = payload["snapshot"]
+    if not score_episode(cfg, record):  # negotiation, story, code_debug: agora/rollout/scoring
+        apply_verdict(record, verify(cfg, verification_request(cfg, record, payload)),
+                      cfg.reward.cooperation)
     if not stream.append_once(record):
         return "duplicate"
     record_stats(stream, record)
@@ -284,20 +258,35 @@ def _stream(payload: dict) -> EpisodeStream:
 
 
 def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,
-                    redis_url_: str, task: Task | None = None) -> dict:
-    """One task's arguments: which opponent (drawn from the config's mix) and seat, and for a
-    discussion the question to discuss."""
+                    redis_url_: str, task: Task | None = None,
+                    draw_snapshot: Callable[[random.Random], dict] | None = None) -> dict:
+    """One task's arguments: which opponent (drawn from the config's mix) and seat, for a
+    discussion the question to discuss, and for a pool episode the snapshot
+    (``draw_snapshot``, the trainer's pool: name, adapter path, version)."""
     names = list(cfg.environment.opponents)
     weights = [cfg.environment.opponents[n] for n in names]
     opponent = rng.choices(names, weights=weights)[0]
-    extra = {"task": task.model_dump(mode="json")} if task is not None else {}
+    extra: dict = {"task": task.model_dump(mode="json")} if task is not None else {}
+    seats = cfg.environment.seats
+    if opponent == "self":
+        learner_seat = rng.randrange(len(seats))  # unused; drawn to keep the rng sequence
+    else:
+        # Against a bot or a snapshot the learner keeps one of its own seats (never a context
+        # agent's or a frozen agent's).
+        trainable = {a.name for a in cfg.trainable_agents}
+        own = [i for i, s in enumerate(seats) if s in trainable] or list(range(len(seats)))
+        learner_seat = own[rng.randrange(len(own))]
+    if opponent == "pool":
+        if draw_snapshot is None:
+            raise ValueError("a pool episode needs a snapshot (draw_snapshot)")
+        extra["snapshot"] = draw_snapshot(rng)
     return {
         **extra,
         "run_id": run_id,
         "episode_id": f"{run_id}-{index:08d}",
         "seed": cfg.seed * 1_000_003 + index,
         "opponent": opponent,
-        "learner_seat": rng.randrange(len(cfg.environment.seats)),
+        "learner_seat": learner_seat,
         "config": cfg.model_dump_json(),
         "redis_url": redis_url_,
     }

@@ -5,6 +5,10 @@ fresh env. Credit assignment follows DESIGN.md "Known on this machine": an illeg
 move gets the penalty on that move alone (the offender's earlier legal moves get 0, because
 otherwise nearly every early game ends illegally and every move looks equally bad); a game that
 ends normally gives every move of a seat that seat's outcome (win/draw/loss).
+
+Cooperative games (an env with ``team_rewards()``, e.g. Hanabi) reward every legal move with the
+team's result instead, even when a teammate forfeits: the team's score so far is what those
+moves earned, and the forfeiting move alone gets the penalty.
 """
 
 from __future__ import annotations
@@ -41,9 +45,10 @@ class InvalidEpisode(ValueError):
 
 
 def verify_game(
-    env_name: str, actions: list[str], scheme: RewardScheme, seed: int = 0
+    env_name: str, actions: list[str], scheme: RewardScheme, seed: int = 0,
+    num_seats: int | None = None,
 ) -> GameVerdict:
-    env = make_env(env_name)
+    env = make_env(env_name, num_seats)
     env.reset(seed)
     seats_of_turn: list[int] = []
     legal: list[bool] = []
@@ -61,6 +66,16 @@ def verify_game(
     by_result = {
         "win": scheme.win, "draw": scheme.draw, "loss": scheme.loss, "illegal": scheme.illegal
     }
+    team_rewards = getattr(env, "team_rewards", None)
+    if callable(team_rewards):
+        team = [float(x) for x in team_rewards()]
+        seat_rewards = [scheme.illegal if r == "illegal" else team[s]
+                        for s, r in enumerate(results)]
+        turn_rewards = [team[seat] if legal[i] else scheme.illegal
+                        for i, seat in enumerate(seats_of_turn)]
+        return GameVerdict(results=results, seat_rewards=seat_rewards,
+                           turn_rewards=turn_rewards, legal=legal, finished=True,
+                           reason=outcome.reason)
     seat_rewards = [by_result[r] for r in results]
     turn_rewards = []
     for index, seat in enumerate(seats_of_turn):

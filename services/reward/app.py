@@ -93,6 +93,8 @@ class VerifyRequest(BaseModel):
     env: str = Field(..., description=f"one of {sorted(ENVS)}")
     actions: list[str] = Field(..., max_length=MAX_ACTIONS, description="action texts in order")
     seed: int = 0
+    num_seats: int | None = Field(None, ge=1, le=8, description="players, for games with a "
+                                  "variable count (hanabi); default: the game's default")
     rewards: RewardScheme = Field(default_factory=RewardScheme)
 
 
@@ -341,8 +343,8 @@ def _verify_game(req: VerifyRequest) -> GameVerdict:
     if too_long:
         raise HTTPException(422, f"actions {too_long[:5]} exceed {MAX_ACTION_CHARS} characters")
     try:
-        verdict = verify_game(req.env, req.actions, req.rewards, req.seed)
-    except InvalidEpisode as err:
+        verdict = verify_game(req.env, req.actions, req.rewards, req.seed, req.num_seats)
+    except (InvalidEpisode, ValueError) as err:  # ValueError: a seat count the game lacks
         raise HTTPException(422, str(err)) from None
     VERIFICATIONS.labels("game", "finished" if verdict.finished else "unfinished").inc()
     return verdict

@@ -1,0 +1,153 @@
+"""Who sits where in an episode, and in which environment: the worker's side of the run config.
+
+Kept apart from the Celery task (``tasks.py``) so that the scorers (``scoring.py``), which
+replay an episode's env, and the task share one definition of each env.
+
+A seat holds one of:
+- an LLM agent of the config (an ``LLMPlayer`` asking the agent's adapter on its vLLM server);
+- a scripted bot (``bot:random``, Tic-Tac-Toe episodes against a bot);
+- a context agent (``context:<name>``, a key of the config's ``context_agents``): a scripted
+  strategy in a ``BotPlayer``; a scheduled one is set to the strategy of the clock, which is
+  the learner's live policy version, read from Redis once per episode;
+- a frozen snapshot of the learner (``opponent == "pool"``): an ``LLMPlayer`` asking the
+  snapshot's own LoRA name on the learner's server, loaded there first if it is not (a vLLM
+  restart forgets runtime adapters, so the worker checks every time instead of trusting the
+  trainer to have loaded it).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+
+from agora.bots import make_bot
+from agora.config import CONTEXT_PREFIX, RunConfig
+from agora.context_agents import ContextAgent, ScheduledAgent, make_context_agent
+from agora.envs import TurnBasedEnv, make_env
+from agora.envs.code_debug import CodeDebug
+from agora.envs.discussion import Discussion, DiscussionTask
+from agora.envs.negotiation import Negotiation
+from agora.envs.story import StoryWriting
+from agora.models import resolve_model
+from agora.policy_client import PolicyAdmin, PolicyClient, load_tokenizer
+from agora.rollout.runner import BotPlayer, LLMPlayer, Player
+from agora.stream import EpisodeStream
+from agora.tasks import Task
+
+
+@dataclass
+class ContextSeat:
+    """A context agent behind a ``BotPlayer``: records name it ``context:<key>/<strategy>``, so
+    an episode shows which strategy a scheduled seat played."""
+
+    key: str
+    agent: ContextAgent
+
+    @property
+    def strategy(self) -> str:
+        return self.agent.active if isinstance(self.agent, ScheduledAgent) else self.agent.name
+
+    @property
+    def name(self) -> str:
+        return f"{CONTEXT_PREFIX}{self.key}/{self.strategy}"
+
+    def act(self, env, rng: random.Random) -> str:
+        return self.agent.act(env, rng)
+
+
+def make_context_seat(cfg: RunConfig, key: str, clock: int) -> ContextSeat:
+    """The context agent ``key`` of the config, on the strategy its schedule gives at ``clock``
+    (a fixed strategy ignores the clock)."""
+    spec = cfg.context_agents[key]
+    schedule = spec.make_schedule()
+    if schedule is None:
+        return ContextSeat(key, make_context_agent(spec.strategy))
+    agent = ScheduledAgent.from_names(schedule, clock="update")
+    agent.set_time(clock)
+    return ContextSeat(key, agent)
+
+
+def build_env(cfg: RunConfig, payload: dict) -> TurnBasedEnv:
+    """The episode's environment; a discussion gets the task the trainer drew for it."""
+    env = cfg.environment
+    seats = len(env.seats)
+    if env.name == "discussion":
+        task = Task.model_validate(payload["task"])
+        return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
+                          num_agents=seats, rounds=env.rounds)
+    if env.name == "negotiation" and env.negotiation is not None:
+        return Negotiation(num_agents=seats, max_rounds=env.negotiation.max_rounds)
+    if env.name == "story" and env.story is not None:
+        return StoryWriting(num_agents=seats, rounds=env.story.rounds, premise=env.story.premise)
+    if env.name == "code_debug" and env.code_debug is not None:
+        opts = env.code_debug
+        return CodeDebug(mode=opts.mode, problem_id=opts.problem_id,
+                         author_plants_bug=opts.author_plants_bug)
+    return make_env(env.name, num_seats=seats)
+
+
+def seat_names(cfg: RunConfig, payload: dict) -> list[str]:
+    """The episode's seats: the config's, or the learner's seat kept and every other seat
+    given to the bot (``bot:<name>``) or to the pool snapshot (``snapshot``)."""
+    opponent = payload.get("opponent", "self")
+    seats = list(cfg.environment.seats)
+    if opponent == "self":
+        return seats
+    learner_seat = int(payload.get("learner_seat", 0))
+    other = "snapshot" if opponent == "pool" else "bot:" + opponent
+    return [seats[s] if s == learner_seat else other for s in range(len(seats))]
+
+
+def learner_clock(cfg: RunConfig, stream: EpisodeStream) -> int:
+    """The context agents' clock: the live policy version of ``cfg.clock_agent`` (the learner:
+    its version = the trainer's update index)."""
+    return stream.get_version(cfg.clock_agent)
+
+
+def build_players(cfg: RunConfig, payload: dict, stream: EpisodeStream,
+                  clock: int | None = None) -> list[Player]:
+    """One player per seat (see the module docstring)."""
+    if clock is None and any(s.startswith(CONTEXT_PREFIX) for s in cfg.environment.seats):
+        clock = learner_clock(cfg, stream)
+    players: list[Player] = []
+    for name in seat_names(cfg, payload):
+        if name.startswith("bot:"):
+            players.append(BotPlayer(make_bot(name.removeprefix("bot:"))))
+        elif name.startswith(CONTEXT_PREFIX):
+            players.append(BotPlayer(make_context_seat(cfg, name.removeprefix(CONTEXT_PREFIX),
+                                                       clock or 0)))
+        elif name == "snapshot":
+            players.append(snapshot_player(cfg, payload))
+        else:
+            players.append(LLMPlayer(
+                agent=name,
+                client=_client(cfg, name, name),
+                prefill=cfg.environment.prefill,
+                version=functools.partial(stream.get_version, name),
+            ))
+    return players
+
+
+def snapshot_player(cfg: RunConfig, payload: dict) -> LLMPlayer:
+    """The frozen learner snapshot the trainer drew for this episode, as its own adapter."""
+    snap = payload["snapshot"]
+    learner = cfg.environment.seats[int(payload.get("learner_seat", 0))]
+    name, version = str(snap["name"]), int(snap["version"])
+    ensure_adapter(cfg.policy_url(learner), name, str(snap["path"]))
+    return LLMPlayer(agent=name, client=_client(cfg, learner, name),
+                     prefill=cfg.environment.prefill, version=lambda: version)
+
+
+def ensure_adapter(policy_url: str, name: str, path: str) -> None:
+    admin = PolicyAdmin(policy_url)
+    if name not in admin.models():
+        admin.load_adapter(name, path)
+
+
+def _client(cfg: RunConfig, agent_name: str, served_name: str) -> PolicyClient:
+    """A client asking ``served_name`` with the sampling settings of ``agent_name``."""
+    agent = cfg.agent(agent_name)
+    model_path = resolve_model(cfg.models[agent.base].model)
+    return PolicyClient(cfg.policy_url(agent_name), served_name, load_tokenizer(model_path),
+                        agent.sampling)

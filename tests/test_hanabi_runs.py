@@ -1,0 +1,170 @@
+"""Hanabi wired into runs: config, the game verifier's team rewards (directly and through the
+real reward service), role-conditioned advantages, and a tiny-random learner playing full
+games through ``play`` and ``agora.eval`` on the session's real vLLM server."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import httpx
+import pytest
+import redis
+import torch
+
+from agora.algos.ppo import PPOLearner, whiten_by_group
+from agora.bots import make_bot
+from agora.config import parse_config
+from agora.envs import make_env
+from agora.envs.hanabi import Hanabi
+from agora.eval import evaluate
+from agora.policy_client import PolicyAdmin
+from agora.records import EpisodeRecord
+from agora.rollout.tasks import episode_payload, play
+from agora.stream import EpisodeStream
+from agora.verifiers.game import RewardScheme, verify_game
+from agora.weight_sync import adapter_dir
+from tests.stack_helpers import tiny_config
+
+SCHEME = RewardScheme(win=1.0, draw=0.0, loss=-1.0, illegal=-1.0)
+
+
+def _bot_game(seed: int, players: int) -> tuple[list[str], Hanabi]:
+    env = Hanabi(num_players=players)
+    env.reset(seed)
+    bot, rng, actions = make_bot("hanabi_simple"), random.Random(seed), []
+    while not env.done:
+        action = bot.act(env, rng)
+        actions.append(action)
+        env.step(action)
+    return actions, env
+
+
+@pytest.mark.parametrize("players", [2, 3, 4])
+def test_finished_game_gives_every_move_the_team_score(players):
+    actions, env = _bot_game(seed=5, players=players)
+    score = env.outcome().info["score"]
+    assert score > 0
+    verdict = verify_game("hanabi", actions, SCHEME, seed=5, num_seats=players)
+    assert verdict.finished and verdict.results == ["draw"] * players
+    assert verdict.turn_rewards == [pytest.approx(score / 25)] * len(actions)
+    assert verdict.seat_rewards == [pytest.approx(score / 25)] * players
+
+
+def test_forfeit_costs_only_the_illegal_move_and_keeps_the_teams_score():
+    actions, _ = _bot_game(seed=7, players=2)
+    env = Hanabi(num_players=2)
+    env.reset(7)
+    for action in actions[:12]:
+        env.step(action)
+    score_so_far, offender = env.score, env.current_seat
+    assert score_so_far > 0
+    verdict = verify_game("hanabi", actions[:12] + ["I pass"], SCHEME, seed=7, num_seats=2)
+    assert verdict.results[offender] == "illegal"
+    assert verdict.turn_rewards[-1] == -1.0
+    assert verdict.turn_rewards[:-1] == [pytest.approx(score_so_far / 25)] * 12
+    assert verdict.seat_rewards[offender] == -1.0
+    assert verdict.seat_rewards[1 - offender] == pytest.approx(score_so_far / 25)
+
+
+def test_reward_service_replays_a_three_player_game(reward_url):
+    actions, env = _bot_game(seed=11, players=3)
+    body = {"env": "hanabi", "actions": actions, "seed": 11, "num_seats": 3}
+    resp = httpx.post(f"{reward_url}/v1/verify", json=body, timeout=30)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["turn_rewards"][0] == pytest.approx(env.outcome().info["score"] / 25)
+    # The same actions as a 2-player game deal other hands: replayed, they do not fit, or
+    # a seat count the game does not have is refused with a message.
+    bad = httpx.post(f"{reward_url}/v1/verify", json={**body, "num_seats": 7}, timeout=30)
+    assert bad.status_code == 422 and "2-5 players" in bad.text
+
+
+def test_make_env_sets_the_player_count_and_refuses_a_fixed_games_wrong_count():
+    assert make_env("hanabi", num_seats=4).num_seats == 4
+    assert make_env("hanabi").num_seats == 2
+    with pytest.raises(ValueError, match="tictactoe has 2 seats"):
+        make_env("tictactoe", num_seats=3)
+
+
+def _hanabi_cfg(**environment):
+    return {
+        "models": {"m": {"model": "tiny-random"}},
+        "agents": [{"name": "p", "base": "m"}],
+        "environment": {"name": "hanabi", "seats": ["p", "p"], **environment},
+    }
+
+
+def test_config_checks_hanabi_seats_bots_and_eval_opponents():
+    cfg = parse_config(_hanabi_cfg(opponents={"self": 1, "hanabi_simple": 1}), "t")
+    assert cfg.reward.verifier == "game_outcome"
+    assert cfg.eval.opponents == ["hanabi_random", "hanabi_simple"]  # the game's own bots
+    assert parse_config(_hanabi_cfg(seats=["p"] * 5), "t").environment.seats == ["p"] * 5
+    cases = [
+        (_hanabi_cfg(seats=["p"] * 6), "environment.seats", "2-5 seats"),
+        (_hanabi_cfg(opponents={"minimax": 1}), "environment", "hanabi's bots"),
+        ({**_hanabi_cfg(), "eval": {"opponents": ["minimax"]}}, "eval.opponents",
+         "cannot play hanabi"),
+    ]
+    for raw, field, message in cases:
+        with pytest.raises(Exception) as err:
+            parse_config(raw, "t")
+        assert field in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_role_conditioned_whitening_centres_each_role_on_its_own():
+    values = torch.tensor([10.0, 12.0, 14.0, -1.0, 0.0, 1.0])
+    roles = torch.tensor([0, 0, 0, 1, 1, 1])
+    out = whiten_by_group(values, roles)
+    for role in (0, 1):
+        part = out[roles == role]
+        assert abs(float(part.mean())) < 1e-6
+        assert float(part.std()) == pytest.approx(1.0, abs=1e-4)
+    # Batch-wide whitening would have called every role-1 turn below average.
+    assert float(out[3:].max()) > 0
+
+
+def test_tiny_random_learner_plays_hanabi_through_the_queue_task_and_eval(
+        vllm_tiny, reward_url, redis_url, tiny_model, tmp_path):
+    url, _ = vllm_tiny
+    port = lambda u: int(u.rsplit(":", 1)[1].split("/")[0])  # noqa: E731
+    cfg = tiny_config(
+        models={"tiny": {"model": "tiny-random", "port": port(url), "max_model_len": 1024,
+                         "max_loras": 2, "max_lora_rank": 16, "dtype": "float32"}},
+        agents=[{"name": "learner", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
+                 "sampling": {"max_tokens": 8, "stop": []}}],
+        environment={"name": "hanabi", "seats": ["learner", "learner", "learner"],
+                     "prefill": "[Play] ", "opponents": {"self": 1.0, "hanabi_simple": 1.0}},
+        ppo={"advantage_norm": "role", "pin_cpus": False, "nice": 0},
+        services={"reward_port": port(reward_url), "redis_port": port(redis_url)},
+        eval={"games": 4, "opponents": ["self", "hanabi_simple"]},
+    )
+    run_id = f"hanabi-{uuid.uuid4().hex[:6]}"
+    # Serve the learner's version 0 (a fresh LoRA = the base model) under the agent's name.
+    learner = PPOLearner(tiny_model, cfg.agent("learner"), cfg.ppo)
+    path = learner.save_adapter(adapter_dir(tmp_path, "learner", 0))
+    PolicyAdmin(cfg.policy_url("learner")).load_adapter("learner", str(path))
+
+    rng = random.Random(0)
+    opponents = set()
+    for index in range(1, 7):
+        payload = episode_payload(cfg, run_id, index, rng, redis_url)
+        opponents.add(payload["opponent"])
+        assert play(payload) == "added"
+    assert opponents == {"self", "hanabi_simple"}
+    client = redis.Redis.from_url(redis_url)
+    records = [EpisodeRecord.model_validate_json(f[b"record"])
+               for _, f in client.xrange(EpisodeStream(client, run_id).keys.stream)]
+    for record in records:
+        assert len(record.seats) == 3
+        score = record.info["score"]
+        # Legal moves earn the team's score, the forfeiting move (noise text) the penalty.
+        for turn in record.turns:
+            assert turn.reward == pytest.approx(score / 25 if turn.legal else -1.0)
+        learners = {a for a in record.seats if not a.startswith("bot:")}
+        assert record.info["metrics"] == {a: {"hanabi_score": float(score)} for a in learners}
+    results = evaluate(cfg, "learner", "learner", games=4)
+    assert set(results) == {"self", "hanabi_simple"}
+    for match in results.values():
+        summary = match.as_dict()
+        assert match.games == 4 and 0 <= summary["score"] <= 25
+        assert match.llm_turns > 0
