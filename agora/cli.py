@@ -16,6 +16,7 @@ import redis
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from agora.config import ConfigError, RunConfig, load_config
@@ -133,41 +134,59 @@ def up(
 
 
 def results_table(title: str, rows: dict[str, dict[str, dict]]) -> Table:
+    """Before/after rows per opponent; a cooperative game's team score gets its own column."""
+    scored = any("score" in r for by_opp in rows.values() for r in by_opp.values())
     table = Table(title=title)
-    for column in ("policy", "opponent", "games", "legal moves", "win", "draw", "loss",
-                   "forfeits", "win 95% CI"):
+    columns = ["policy", "opponent", "games", "legal moves", "win", "draw", "loss", "forfeits",
+               "win 95% CI"]
+    if scored:
+        columns = [c for c in columns if c not in ("win", "draw", "loss", "win 95% CI")]
+        columns.append("mean score")
+    for column in columns:
         table.add_column(column, justify="right")
     for policy, by_opponent in rows.items():
         for opponent, r in by_opponent.items():
             lo, hi = r["win_ci95"]
-            table.add_row(policy, opponent, str(r["games"]), f"{r['legal_rate']:.1%}",
-                          f"{r['win']:.1%}", f"{r['draw']:.1%}", f"{r['loss']:.1%}",
-                          str(r["forfeits"]), f"{lo:.0%}-{hi:.0%}")
+            cells = [policy, opponent, str(r["games"]), f"{r['legal_rate']:.1%}"]
+            if scored:
+                cells += [str(r["forfeits"]), f"{r.get('score', 0.0):.2f}"]
+            else:
+                cells += [f"{r['win']:.1%}", f"{r['draw']:.1%}", f"{r['loss']:.1%}",
+                          str(r["forfeits"]), f"{lo:.0%}-{hi:.0%}"]
+            table.add_row(*cells)
     return table
 
 
 def ask_gateway_for_move(stack: Stack, agent: str) -> None:
-    """Show a board, ask the trained agent through the gateway's OpenAI API, print its answer."""
+    """Show a position, ask the trained agent through the gateway's OpenAI API, print its move."""
+    from agora.envs import make_env
     from agora.envs.tictactoe import TicTacToe, render_board
 
-    env = TicTacToe()
-    env.reset(seed=1, opening=[4, 0, 8])  # O centre, X corner, O opposite corner: X to move
-    messages = env.observation(env.current_seat)
+    cfg = stack.cfg
+    env = make_env(cfg.environment.name, num_seats=len(cfg.environment.seats))
+    if isinstance(env, TicTacToe):
+        env.reset(seed=1, opening=[4, 0, 8])  # O centre, X corner, O opposite corner: X to move
+    else:
+        env.reset(1)
+    seat = env.current_seat
+    messages = env.observation(seat)
+    sampling = cfg.agent(agent).sampling
     body = {
         "model": agent,
-        "messages": [*messages, {"role": "assistant", "content": stack.cfg.environment.prefill}],
-        "max_tokens": 6, "temperature": 0.0, "stop": ["]"],
+        "messages": [*messages, {"role": "assistant", "content": cfg.environment.prefill}],
+        "max_tokens": sampling.max_tokens, "temperature": 0.0, "stop": list(sampling.stop),
         "continue_final_message": True, "add_generation_prompt": False,
         "include_stop_str_in_output": True,
     }
     url = f"http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}/v1/chat/completions"
     resp = httpx.post(url, json=body, timeout=60)
     resp.raise_for_status()
-    answer = stack.cfg.environment.prefill + resp.json()["choices"][0]["message"]["content"]
-    board = render_board(env.board)
+    answer = cfg.environment.prefill + resp.json()["choices"][0]["message"]["content"]
+    position = render_board(env.board) if isinstance(env, TicTacToe) else messages[-1]["content"]
     legal = env.step(answer).legal
-    console.print(f"\n[bold]Board[/] (agent '{agent}' plays {env.role(1)}):\n{board}")
-    console.print(f"POST {url} -> [bold]{answer}[/] ({'legal' if legal else 'illegal'})")
+    console.print(f"\n[bold]Position[/] (agent '{agent}' plays {env.role(seat)}):\n"
+                  f"{escape(position)}")
+    console.print(f"POST {url} -> [bold]{escape(answer)}[/] ({'legal' if legal else 'illegal'})")
 
 
 @app.command()
@@ -177,11 +196,17 @@ def demo(
     games: int = typer.Option(None, help="evaluation games per opponent (default: config)"),
 ) -> None:
     """Train for a bounded budget, then print a before/after table and query the gateway."""
+    from agora.config import GAME_BOTS
     from agora.eval import evaluate
     from agora.policy_client import PolicyAdmin
     from agora.weight_sync import adapter_dir
 
     cfg = _load(config)
+    if cfg.environment.name not in GAME_BOTS:
+        console.print(f"[bold red]config error[/]: environment.name: demo evaluates games "
+                      f"({sorted(GAME_BOTS)}); train '{cfg.environment.name}' with `agora up`, "
+                      "compare discussions with `agora compare`")
+        raise typer.Exit(2)
     if minutes is not None:
         cfg.ppo.max_minutes = minutes
     agent = cfg.trainable_agents[0].name
@@ -200,7 +225,8 @@ def demo(
         for label, adapter in (("before (v0)", baseline), ("after", agent)):
             results = evaluate(cfg, agent, adapter, games)
             rows[label] = {opp: r.as_dict() for opp, r in results.items()}
-        console.print(results_table("Tic-Tac-Toe: before vs after training", rows))
+        title = f"{cfg.environment.name}: before vs after training"
+        console.print(results_table(title, rows))
         (stack.run_dir / "eval.json").write_text(json.dumps(rows, indent=2))
         ask_gateway_for_move(stack, agent)
         console.print(f"\ntraining wall time {trained_s / 60:.1f} min, total "

@@ -1,0 +1,53 @@
+"""`agora demo` end to end on tiny-random (a Hanabi config: the team-score table and a move
+asked through the gateway), and its refusal of envs it cannot evaluate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.stack_helpers import processes_of_run, tiny_config, write_config
+
+
+def _agora(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agora.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_demo_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
+    cfg = tiny_config(
+        models={"tiny": {"max_model_len": 1024}},
+        agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
+                 "sampling": {"temperature": 1.0, "max_tokens": 6, "stop": ["\n"]}}],
+        environment={"name": "hanabi", "seats": ["player", "player"], "prefill": "[Play] ",
+                     "opponents": {"self": 1.0, "hanabi_simple": 1.0}},
+        ppo={"max_updates": 1, "advantage_norm": "role", "pin_cpus": False, "nice": 0},
+        eval={"games": 4, "opponents": ["self", "hanabi_simple"]},
+        output_dir=str(tmp_path / "runs"),
+    )
+    proc = _agora("demo", str(write_config(cfg, tmp_path / "hanabi.yaml")), cwd=tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert "hanabi: before vs after training" in out and "mean score" in out
+    assert "/v1/chat/completions -> [Play]" in out  # the gateway answered with a move
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    rows = json.loads((run_dir / "eval.json").read_text())
+    assert set(rows) == {"before (v0)", "after"}
+    for by_opponent in rows.values():
+        assert set(by_opponent) == {"self", "hanabi_simple"}
+        for row in by_opponent.values():
+            assert row["games"] == 4 and 0.0 <= row["score"] <= 25.0
+    assert processes_of_run(run_dir.name) == []
+
+
+def test_demo_refuses_an_env_it_cannot_evaluate(tmp_path):
+    cfg = tiny_config(
+        environment={"name": "negotiation", "seats": ["player", "context:partner"],
+                     "prefill": "", "opponents": {"self": 1.0}},
+        context_agents={"partner": {"strategy": "fair"}},
+    )
+    proc = _agora("demo", str(write_config(cfg, tmp_path / "nego.yaml")), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "environment.name: demo evaluates games" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
