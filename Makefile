@@ -13,9 +13,13 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check agora services tests bench
+	bash scripts/ensure_prometheus.sh
+	bash scripts/ensure_deploy_tools.sh
 	$(PY) -m pytest -q tests
 
 test-fast: setup
+	bash scripts/ensure_prometheus.sh
+	bash scripts/ensure_deploy_tools.sh
 	$(PY) -m pytest -q -m "not slow" tests
 
 lint: setup
@@ -25,6 +29,8 @@ bench: setup
 	$(PY) bench/throughput.py
 	$(PY) bench/hotswap.py
 	$(PY) bench/ppo_update.py
+	$(PY) bench/gateway_load.py
+	$(PY) bench/trl_ppo.py
 
 clean:
 	rm -rf runs .pytest_cache

@@ -6,6 +6,7 @@ ends in a one-paragraph message and a non-zero exit code, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -20,8 +21,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.config import ConfigError, RunConfig, load_config
+from agora.gateway.keys_cli import keys_app
 from agora.launcher import LaunchError, Stack, make_stack
 from agora.procs import ServiceFailed
+from agora.redis_client import fail_fast_redis
+from agora.reflection.cli import reflect_app
 from agora.rollout.scoring import ENV_METRICS
 from agora.stream import RunKeys
 from agora.verifier_cli import verifier_app
@@ -29,6 +33,8 @@ from agora.verifier_cli import verifier_app
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Post-train LLM agents with multi-agent RL.")
 app.add_typer(verifier_app, name="verifier")
+app.add_typer(keys_app, name="keys")
+app.add_typer(reflect_app, name="reflect")
 console = Console()
 
 
@@ -42,7 +48,7 @@ def _load(config: Path) -> RunConfig:
 
 def progress_table(stack: Stack, started: float) -> Table:
     """Policy version, episodes/s, reward, legal and win rate per agent, from Redis."""
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    client = fail_fast_redis(stack.redis_url, decode_responses=True)  # never stalls watch()
     keys = RunKeys(stack.run_id)
     state = client.hgetall(keys.state)
     stats = client.hgetall(keys.stats)
@@ -69,6 +75,8 @@ def progress_table(stack: Stack, started: float) -> Table:
     else:
         columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
                    "win vs random": "win_rate", "KL": "kl", "update s": "update_s"}
+    if stack.cfg.curriculum.enabled:  # the difficulty level each agent plays at (0 = easiest)
+        columns["level"] = "curriculum_level"
     table.add_column("agent", justify="right")
     for column in columns:
         table.add_column(column, justify="right")
@@ -96,7 +104,13 @@ def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
         console.print(f"[green]stack up[/] in {time.monotonic() - started:.0f}s; "
                       f"gateway http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}")
         with Live(progress_table(stack, started), console=console, refresh_per_second=1) as live:
-            stack.watch(on_tick=lambda: live.update(progress_table(stack, started)))
+            def tick() -> None:
+                # Redis restarting (agora/supervisor.py): keep the last view until it is back.
+                with contextlib.suppress(redis.RedisError):
+                    live.update(progress_table(stack, started))
+
+            stack.watch(on_tick=tick,
+                        on_event=lambda msg: console.print(f"[yellow]![/] {escape(msg)}"))
     except ServiceFailed as err:
         console.print(f"[bold red]service '{err.name}' failed[/]: {err}")
         if err.log_tail:
@@ -293,6 +307,85 @@ def compare(
     out.write_text(json.dumps(summary, indent=2))
     console.print(f"written {out}")
 
+
+@app.command("eval")
+def eval_(
+    path: Path = typer.Argument(..., help="a run folder (runs/<id>) or an adapter checkpoint"),
+    config: Path = typer.Option(None, help="run config, when none sits next to the checkpoint"),
+    games: int = typer.Option(None, min=1, help="games per pairing / episodes per policy "
+                                                "(default: the config's eval.games)"),
+    k: int = typer.Option(4, min=1, help="discussions: samples per task for pass@k, maj@k"),
+    snapshots: int = typer.Option(4, min=1, help="games: versions of the run in the round robin"),
+    tasks: int = typer.Option(None, min=1, help="discussions: held-out tasks (default: config)"),
+    agent: str = typer.Option(None, help="whose adapter a bare checkpoint folder is"),
+    output: Path = typer.Option(None, help="where to write (default: <run>/eval)"),
+    seed: int = typer.Option(0, help="first episode seed"),
+    policy_url: str = typer.Option(None, help="use this running vLLM instead of starting one"),
+    judge_url: str = typer.Option(None, help="use this running judge service"),
+    reward_url: str = typer.Option(None, help="use this running reward service"),
+    port_base: int = typer.Option(None, min=1024, max=65000,
+                                  help="servers it starts listen from this port on "
+                                       "(default: any free ports)"),
+) -> None:
+    """Evaluate a run's snapshots (or one checkpoint): games vs bots and each other with
+    TrueSkill, pass@k / maj@k, judge preference, success rate; writes eval.json, eval.md and
+    training_curves.png (logic: agora/evaluation/)."""
+    from agora.evaluation import (
+        EvalInputError,
+        EvalOptions,
+        GivenUrls,
+        resolve_target,
+        run_evaluation,
+    )
+
+    options = EvalOptions(games=games, k=k, snapshots=snapshots, tasks=tasks, seed=seed,
+                          output=output, port_base=port_base,
+                          given=GivenUrls(policy_url, judge_url, reward_url))
+    # SIGTERM, like Ctrl-C, must stop the servers it started (restored after: tests call this
+    # in-process).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        target = resolve_target(path, config, agent)
+        report, out_dir = run_evaluation(target, options,
+                                         on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"))
+    except EvalInputError as err:
+        console.print(f"[bold red]eval error[/]: {escape(str(err))}")
+        raise typer.Exit(2) from None
+    except ServiceFailed as err:
+        console.print(f"[bold red]service '{err.name}' failed[/]: {escape(str(err))}")
+        if err.log_tail:
+            console.print(f"[dim]--- last lines of {err.name}'s log ---[/]\n"
+                          f"{escape(err.log_tail)}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: the servers it started are stopped[/]")
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    console.print((out_dir / "eval.md").read_text(), markup=False, highlight=False)
+    console.print(f"[green]written[/] {out_dir}/eval.json, eval.md"
+                  + (", training_curves.png" if report["training_curves"].get("path") else ""))
+
+
+@app.command("support-eval")
+def support_eval(
+    config: Path = typer.Argument(..., help="a support run config (environment.name: support)"),
+    episodes: int = typer.Option(50, min=1, help="episodes per level"),
+    level: list[int] = typer.Option([1], help="level(s) 1-3; repeat for several"),
+    adapter: Path = typer.Option(None, help="a LoRA adapter folder (default: the base model)"),
+    port: int = typer.Option(None, min=1024, max=65535, help="port for the vLLM it starts"),
+    policy_url: str = typer.Option(None, help="use this running vLLM instead of starting one"),
+) -> None:
+    """Task success, tool-call accuracy and calls per episode of one policy in every desk of
+    the support task, straight through vLLM (logic: agora/eval_support.py)."""
+    from agora.eval_support import run_support_eval
+
+    cfg = _load(config)
+    if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
+        console.print("[bold red]support-eval[/]: needs a support config and --level 1, 2 or 3")
+        raise typer.Exit(2)
+    for result in run_support_eval(cfg, episodes, list(level), adapter, port, policy_url):
+        console.print_json(json.dumps({**result.as_dict(), "examples": result.examples}))
 
 if __name__ == "__main__":
     app()

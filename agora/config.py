@@ -22,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from agora.curriculum.settings import CurriculumConfig, fit_problem
+from agora.deployment import apply_services_override
+from agora.envs.support_options import SupportOptions
 from agora.tasks.specs import TaskSpec
 
 
@@ -180,7 +183,7 @@ class PoolConfig(_Strict):
 
 
 # Environments whose seats may be scripted context agents (``context:<name>``), and their sizes.
-CONTEXT_ENVS = ("negotiation", "story", "code_debug")
+CONTEXT_ENVS = ("negotiation", "story", "code_debug", "support")
 # Scripted bots that can fill the other seats of each game (agora/bots.py), as opponents in
 # training ("environment.opponents") and in evaluation ("eval.opponents").
 GAME_BOTS: dict[str, tuple[str, ...]] = {
@@ -192,8 +195,8 @@ GAME_SEATS: dict[str, tuple[int, int]] = {"tictactoe": (2, 2), "hanabi": (2, 5)}
 
 
 class EnvironmentConfig(_Strict):
-    name: Literal["tictactoe", "hanabi", "discussion", "negotiation", "story", "code_debug"] = (
-        "tictactoe")
+    name: Literal["tictactoe", "hanabi", "discussion", "negotiation", "story", "code_debug",
+                  "support"] = "tictactoe"
     # Which agent sits in each seat for self-play episodes (a shared policy repeats its name).
     # In a discussion, one seat per discussing agent. In negotiation/story/code_debug a seat may
     # be a scripted context agent: ``context:<name>`` (a key of the run's ``context_agents``).
@@ -213,6 +216,7 @@ class EnvironmentConfig(_Strict):
     negotiation: NegotiationOptions | None = None
     story: StoryOptions | None = None
     code_debug: CodeDebugOptions | None = None
+    support: SupportOptions | None = None  # tool-using agents (agora/envs/support_options.py)
     pool: PoolConfig = Field(default_factory=PoolConfig)
 
     @field_validator("seats")
@@ -268,6 +272,9 @@ class EnvironmentConfig(_Strict):
             self.code_debug = self.code_debug or CodeDebugOptions()
             size = 2 if self.code_debug.mode == "pair" else 1
             _seat_count(f"code_debug mode '{self.code_debug.mode}'", self.seats, size, size)
+        elif self.name == "support":
+            self.support = self.support or SupportOptions()
+            _seat_count("support (triage, billing, policy)", self.seats, 3, 3)
         return self
 
     def seat_roles(self) -> list[str | None]:
@@ -275,6 +282,8 @@ class EnvironmentConfig(_Strict):
         fixer), else None."""
         if self.name == "code_debug" and self.code_debug is not None:
             return ["author", "fixer"] if self.code_debug.mode == "pair" else ["fixer"]
+        if self.name == "support":
+            return ["triage", "billing", "policy"]
         return [None] * len(self.seats)
 
 
@@ -344,7 +353,8 @@ class RewardConfig(_Strict):
     # against the task's ground truth (correct / wrong below). deal / judge / code_tests: how
     # negotiation / story / code_debug are scored (their options are in environment.<name>).
     # Left out: the environment's own (a discussion must choose math or nli).
-    verifier: Literal["game_outcome", "math", "nli", "deal", "judge", "code_tests"] | None = None
+    verifier: Literal["game_outcome", "math", "nli", "deal", "judge", "code_tests",
+                      "tool_task"] | None = None
     win: float = 1.0
     draw: float = 0.0
     loss: float = -1.0
@@ -417,6 +427,12 @@ class WorkersConfig(_Strict):
     queue_ahead: int = Field(64, ge=1)
     # Seconds after which a task taken by a dead worker goes back to the queue.
     visibility_timeout: int = Field(60, ge=5)
+    # Prometheus metrics of worker i on metrics_port + i (embedded stack); null: none.
+    metrics_port: int | None = Field(8210, ge=1024, le=65535 - 64)
+
+    def metrics_ports(self) -> list[int]:
+        return [] if self.metrics_port is None else [
+            self.metrics_port + i for i in range(self.count)]
 
 
 class ServicesConfig(_Strict):
@@ -427,6 +443,14 @@ class ServicesConfig(_Strict):
     trainer_metrics_port: int = Field(8202, ge=1024, le=65535)
     judge_port: int = Field(8203, ge=1024, le=65535)
     health_timeout_s: float = Field(300.0, gt=0)
+    # `agora up` restarts a crashed policy server or embedded Redis this many times (each) before
+    # it stops everything (agora/supervisor.py); other services stop everything at once.
+    restarts: int = Field(3, ge=0, le=100)
+    # Where a service is reached when it is not at `host`: compose and k8s give each service its
+    # own DNS name (keys: the names of RunConfig.all_ports(), or `policy` for every policy
+    # server). `host` stays the address the trainer binds its metrics to (0.0.0.0 in a
+    # container). Usually set by the deployment via AGORA_SERVICES (agora/deployment.py).
+    hosts: dict[str, str] = Field(default_factory=dict)
 
 
 class JudgeConfig(_Strict):
@@ -464,6 +488,17 @@ class RunConfig(_Strict):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     # Scripted seats, by name (seated as ``context:<name>`` in environment.seats).
     context_agents: dict[str, ContextAgentConfig] = Field(default_factory=dict)
+    # Difficulty levels, promoted/demoted on the success rate (agora/curriculum/).
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+
+    @model_validator(mode="after")
+    def _curriculum_fits(self) -> RunConfig:
+        task = self.environment.task
+        problem = fit_problem(self.curriculum, self.environment.name,
+                              task.source if task is not None else None)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _cross_references(self) -> RunConfig:
@@ -509,12 +544,18 @@ class RunConfig(_Strict):
                                  f"has {len(self.trainable_agents)} trainable agents")
             if env == "discussion":
                 raise ValueError("environment.opponents: no 'pool' in a discussion")
+        unknown_hosts = sorted(set(self.services.hosts) - {*self.all_ports(), "policy"})
+        if unknown_hosts:
+            raise ValueError(f"services.hosts: unknown service(s) {unknown_hosts}; known: "
+                             f"{sorted({*self.all_ports(), 'policy'})}")
         port_fields = {
             f"services.{key}": getattr(self.services, key)
             for key in ServicesConfig.model_fields
             if key.endswith("_port")
         }
         port_fields.update({f"models.{key}.port": m.port for key, m in self.models.items()})
+        port_fields.update({f"workers.metrics_port (worker {i})": port
+                            for i, port in enumerate(self.workers.metrics_ports())})
         seen: dict[int, str] = {}
         for path, port in port_fields.items():
             if port in seen:
@@ -590,11 +631,24 @@ class RunConfig(_Strict):
             return None
         if self.judge.base_url:
             return self.judge.base_url
-        return f"http://{self.services.host}:{self.models[self.judge.model].port}/v1"
+        return self.service_url(f"policy-{self.judge.model}") + "/v1"
 
     def policy_url(self, agent_name: str) -> str:
-        model = self.models[self.agent(agent_name).base]
-        return f"http://{self.services.host}:{model.port}"
+        return self.service_url(f"policy-{self.agent(agent_name).base}")
+
+    def service_host(self, name: str) -> str:
+        """Where service ``name`` (a key of all_ports()) is reached: services.hosts[name],
+        else services.hosts['policy'] for a policy server, else services.host."""
+        hosts = self.services.hosts
+        if name in hosts:
+            return hosts[name]
+        if name.startswith("policy-") and "policy" in hosts:
+            return hosts["policy"]
+        return self.services.host
+
+    def service_url(self, name: str) -> str:
+        """``http://host:port`` of service ``name`` (a key of all_ports())."""
+        return f"http://{self.service_host(name)}:{self.all_ports()[name]}"
 
 
 # Which reward.verifier values score each environment (the first is the default; an env not
@@ -605,6 +659,7 @@ ENV_VERIFIERS: dict[str, tuple[str, ...]] = {
     "negotiation": ("deal",),
     "story": ("judge",),
     "code_debug": ("code_tests",),
+    "support": ("tool_task",),
 }
 
 
@@ -638,19 +693,30 @@ def parse_config(data: object, source: str = "<config>") -> RunConfig:
             f"{source}: expected a mapping at the top level, got {type(data).__name__}"
         )
     try:
+        data = apply_services_override(data)
+    except ValueError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"{source} is not a valid run config:\n{_format_errors(err)}") from None
 
 
-def load_config(path: str | Path) -> RunConfig:
+def read_config_yaml(path: str | Path) -> object:
+    """The parsed YAML of a config file; a missing, unreadable or malformed file raises
+    ConfigError naming it (shared by every config kind, e.g. agora/reflection/config.py)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_config(data, str(path))
+    # ValueError: an int past Python's 4300-digit limit; RecursionError: nesting ~1000 deep.
+    # Both escaped as tracebacks from `agora up` (tests/test_hostile_input.py).
+    except (yaml.YAMLError, ValueError, RecursionError) as err:
+        raise ConfigError(f"{path}: not valid YAML: {err or type(err).__name__}") from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    return parse_config(read_config_yaml(path), str(path))

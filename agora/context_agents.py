@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 from agora.envs.code_debug import CodeDebug
 from agora.envs.negotiation import Allocation, Negotiation
 from agora.envs.story import StoryWriting
+from agora.envs.support_agents import SUPPORT_AGENT_FITS, SUPPORT_AGENTS
 from agora.judge.rubric_backend import STOP_WORDS, words
 
 
@@ -256,6 +257,7 @@ CONTEXT_AGENTS: dict[str, type] = {
     "reference_author": ReferenceAuthor,
     "oracle_fixer": OracleFixer,
     "copy_fixer": CopyFixer,
+    **SUPPORT_AGENTS,  # support_oracle, support_router, support_guesser
 }
 # Which env (and which role in it, None = any seat) each strategy plays: they read that env's
 # state, so a run config seating one elsewhere is refused before anything starts.
@@ -269,6 +271,7 @@ CONTEXT_AGENT_FITS: dict[str, tuple[str, str | None]] = {
     "reference_author": ("code_debug", "author"),
     "oracle_fixer": ("code_debug", "fixer"),
     "copy_fixer": ("code_debug", "fixer"),
+    **SUPPORT_AGENT_FITS,
 }
 
 

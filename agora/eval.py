@@ -93,7 +93,9 @@ async def play_matches(
             result.wins += outcome == "win"
             result.draws += outcome == "draw"
             result.losses += outcome in ("loss", "illegal")
-            result.forfeits += outcome == "illegal"
+            # In "self" games every seat is the agent: a forfeit by any seat is the agent's.
+            mine_results = record.results if opponent == "self" else [outcome]
+            result.forfeits += "illegal" in mine_results
             if "score" in record.info:
                 result.score_total += float(record.info["score"])
                 result.scored += 1

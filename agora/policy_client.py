@@ -7,8 +7,10 @@ and rendering the prompt here (with the same tokenizer the trainer uses) makes t
 fact we control rather than a server-side detail.
 
 Connection failures are retried with exponential backoff (tenacity): a policy server that is
-restarting or hot-swapping should delay an episode, not lose it. Anything else (4xx, a missing
-adapter) raises at once.
+restarting or hot-swapping should delay an episode, not lose it. A restarted server knows no
+adapters until the trainer loads them again (agora/serving/adapter_keeper.py), so a client made
+with ``adapter_wait_s`` also waits that long on "model does not exist" (404). Anything else
+(other 4xx, 5xx) raises at once.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ class PolicyServerError(RuntimeError):
 
 class PolicyUnavailable(RuntimeError):
     """The policy server could not be reached within the retry budget."""
+
+
+class AdapterMissing(PolicyServerError):
+    """The server answered 404 for the adapter name: not loaded (yet, or again after a restart)."""
+
+
+def _is_missing_model(resp: httpx.Response) -> bool:
+    return resp.status_code == 404 and "does not exist" in resp.text
 
 
 _TOKENIZER_LOCK = threading.Lock()
@@ -121,6 +131,7 @@ class PolicyClient:
         *,
         timeout_s: float = 120.0,
         retry_for_s: float = 120.0,
+        adapter_wait_s: float = 0.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -129,6 +140,9 @@ class PolicyClient:
         self.sampling = sampling
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
+        # 0 (the default) fails at once on an unknown adapter name (evaluation, a typo);
+        # rollout workers wait, since the name was valid until the server restarted.
+        self.adapter_wait_s = adapter_wait_s
         self._http = http
 
     async def generate(
@@ -136,7 +150,18 @@ class PolicyClient:
     ) -> Generation:
         prompt_ids = render_prompt(self.tokenizer, messages, prefill)
         body = _completion_body(self.model, prompt_ids, self.sampling)
-        data = await self._post("/v1/completions", body)
+        if self.adapter_wait_s > 0:
+            waiting = AsyncRetrying(
+                retry=retry_if_exception_type(AdapterMissing),
+                wait=wait_exponential(multiplier=0.25, max=2),
+                stop=stop_after_delay(self.adapter_wait_s),
+                reraise=True,
+            )
+            async for attempt in waiting:
+                with attempt:
+                    data = await self._post("/v1/completions", body)
+        else:
+            data = await self._post("/v1/completions", body)
         return _parse_completion(data, prompt_ids)
 
     async def _post(self, path: str, body: dict) -> dict:
@@ -160,7 +185,8 @@ class PolicyClient:
             if own:
                 await http.aclose()
         if resp.status_code != 200:
-            raise PolicyServerError(f"{path} -> HTTP {resp.status_code}: {resp.text[:500]}")
+            error = AdapterMissing if _is_missing_model(resp) else PolicyServerError
+            raise error(f"{path} -> HTTP {resp.status_code}: {resp.text[:500]}")
         return resp.json()
 
 
@@ -201,8 +227,8 @@ class PolicyAdmin:
             raise PolicyServerError(
                 f"unload_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
 
-    def models(self) -> list[str]:
-        resp = httpx.get(self.base_url + "/v1/models", timeout=self.timeout_s)
+    def models(self, timeout_s: float | None = None) -> list[str]:
+        resp = httpx.get(self.base_url + "/v1/models", timeout=timeout_s or self.timeout_s)
         resp.raise_for_status()
         return [m["id"] for m in resp.json()["data"]]
 

@@ -50,7 +50,15 @@ class RunKeys:
 
     @property
     def episodes_enqueued(self) -> str:
+        """Episodes published to the queue (counted after the publish succeeded)."""
         return f"agora:{self.run_id}:episodes_enqueued"
+
+    @property
+    def episode_index(self) -> str:
+        """The last episode index handed out (reserved before publishing, so ids stay unique
+        even when a trainer dies between reserving and publishing: that leaves a gap, not a
+        phantom episode that ``outstanding`` would wait for forever)."""
+        return f"agora:{self.run_id}:episode_index"
 
     @property
     def state(self) -> str:

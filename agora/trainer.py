@@ -11,7 +11,9 @@ One loop iteration (DESIGN.md "The run's life", steps 1-3):
 Crash safety: stream entries are acked only once a checkpoint containing their effect is on
 disk, so a trainer killed mid-update re-reads them on ``--resume``; versions never go backwards
 (if Redis is ahead of the checkpoint, the checkpoint's weights are republished under a new,
-higher version number).
+higher version number). A policy server that restarts gets every agent's current adapter back
+(agora/serving/adapter_keeper.py); a Redis restart is ridden out by retries
+(agora/redis_client.py).
 """
 
 from __future__ import annotations
@@ -26,53 +28,40 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, start_http_server
 
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import RunConfig
+from agora.curriculum.tracker import CurriculumTracker
 from agora.hardware import pin_to_last_cpus
+from agora.metrics import (
+    TRAINER_EPISODES_CONSUMED,
+    TRAINER_TURNS_DROPPED,
+    TRAINER_UPDATES,
+    trainer_agent_gauges,
+)
 from agora.models import resolve_model
 from agora.policy_client import PolicyAdmin
 from agora.records import EpisodeRecord
+from agora.redis_client import fail_fast_redis, resilient_redis
+from agora.rollout.queue_metrics import RolloutQueueCollector
 from agora.rollout.scoring import ENV_METRICS
 from agora.rollout.tasks import QUEUE, TASK_NAME, episode_payload, make_celery
+from agora.serving.adapter_keeper import AdapterKeeper
 from agora.snapshots import SnapshotPool
 from agora.stream import EpisodeStream
 from agora.tasks import Task, load_tasks
-from agora.weight_sync import adapter_dir, publish
+from agora.weight_sync import adapter_dir
 
 log = logging.getLogger("agora.trainer")
 
-AGENT_GAUGES = {
-    name: Gauge(f"agora_trainer_{name}", help_, ["agent"])
-    for name, help_ in {
-        "reward_mean": "mean turn reward in the last update",
-        "win_rate": "win rate over the last 100 games vs the random bot",
-        "accuracy_first": "discussions: share of right first-round answers (last 100)",
-        "accuracy_last": "discussions: share of right last-round answers (last 100)",
-        "legal_rate": "legal move rate over the last update's turns",
-        "kl": "mean KL(behaviour || reference) per token",
-        "entropy": "mean policy entropy per action token",
-        "pg_loss": "policy-gradient loss",
-        "vf_loss": "value loss",
-        "policy_version": "live policy version",
-        "staleness": "mean versions between behaviour policy and the updated policy",
-        "update_seconds": "wall time of the last PPO update",
-        "hotswap_seconds": "wall time of the last adapter hot-swap",
-    }.items()
-}
-# Per-env metrics (negotiation deal rate, story judge score, code pass rate, ...; scorers in
-# agora/rollout/scoring.py report them per episode) and the learner's Elo in the opponent pool.
+# Per-agent gauges (agora/metrics.py), with the per-env metrics (negotiation deal rate, story
+# judge score, code pass rate, ...; scorers in agora/rollout/scoring.py report them per episode).
 ENV_METRIC_NAMES = [m for metrics in ENV_METRICS.values() for m in metrics]
-AGENT_GAUGES.update({
-    name: Gauge(f"agora_trainer_{name}", help_ + " (last 100 episodes)", ["agent"])
-    for metrics in ENV_METRICS.values() for name, help_ in metrics.items()
-})
-AGENT_GAUGES["pool_elo"] = Gauge("agora_trainer_pool_elo", "learner's Elo vs its snapshots",
-                                 ["agent"])
-EPISODES_CONSUMED = Counter("agora_trainer_episodes_consumed_total", "episodes read from stream")
-TURNS_DROPPED = Counter("agora_trainer_stale_turns_dropped_total", "turns dropped as too stale")
+AGENT_GAUGES = trainer_agent_gauges(
+    {name: help_ for metrics in ENV_METRICS.values() for name, help_ in metrics.items()})
+# The learner's stats key -> gauge key, where the two names differ.
+STAT_GAUGE_KEYS = {"update_s": "update_seconds"}
 
 
 @dataclass
@@ -92,8 +81,12 @@ class Trainer:
         self.redis_url = redis_url
         self.resume = resume
         self.serve_metrics = serve_metrics
-        self.r = redis.Redis.from_url(redis_url)
+        self.r = resilient_redis(redis_url)  # rides out a Redis restart (AOF keeps the state)
         self.stream = EpisodeStream(self.r, run_id)
+        # Publishes every new adapter, and loads the current ones again into a policy server
+        # that restarted and lost them (its thread runs during run(), after setup's v0).
+        self.keeper = AdapterKeeper(self.stream, {a.name: self.admin_for(a.name)
+                                                  for a in cfg.agents})
         self.celery = make_celery(redis_url, cfg.workers.visibility_timeout)
         self.learners: dict[str, PPOLearner] = {}
         self.versions: dict[str, int] = {}
@@ -109,10 +102,14 @@ class Trainer:
         self.episodes_path = run_dir / "episodes.jsonl"
         self.tasks: list[Task] = []
         self.snapshots: SnapshotPool | None = None  # opponents: {pool: w}
+        self.curriculum: CurriculumTracker | None = None  # curriculum.enabled
 
     # --- set-up ---------------------------------------------------------------------------
     def admin_for(self, agent: str) -> PolicyAdmin:
-        return PolicyAdmin(self.cfg.policy_url(agent))
+        # A restarting policy server is waited for as long as the launcher waits for one to
+        # start: publishing blocks until it is back instead of failing the run.
+        return PolicyAdmin(self.cfg.policy_url(agent),
+                           retry_for_s=self.cfg.services.health_timeout_s)
 
     def setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +119,10 @@ class Trainer:
         if self.cfg.ppo.nice:
             os.nice(self.cfg.ppo.nice)
         if self.serve_metrics:
+            # Its own fail-fast client: a scrape while Redis restarts gets no sample at once
+            # instead of waiting out the trainer's retries.
+            scrape_stream = EpisodeStream(fail_fast_redis(self.redis_url), self.run_id)
+            REGISTRY.register(RolloutQueueCollector(scrape_stream, QUEUE))
             start_http_server(self.cfg.services.trainer_metrics_port, addr=self.cfg.services.host)
         self.stream.ensure_group()
         if self.cfg.environment.task is not None:
@@ -153,8 +154,11 @@ class Trainer:
                 version = live + 1  # never go backwards: republish under a higher number
             self.versions[name] = version
             path = learner.save_adapter(adapter_dir(self.run_dir, name, version))
-            publish(self.admin_for(name), self.stream, name, version, path)
+            self.keeper.publish(name, version, path)
+            AGENT_GAUGES["policy_version"].labels(name).set(version)
         self.snapshots = SnapshotPool.for_run(self.cfg, self.run_dir)
+        # Levels live in Redis: a fresh run starts them over, --resume carries them on.
+        self.curriculum = CurriculumTracker.for_run(self.cfg, self.r, self.run_id, self.resume)
         self.add_snapshot()
         self.set_state(status="training")
 
@@ -175,6 +179,7 @@ class Trainer:
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> None:
         self.setup()
+        self.keeper.start()  # here, not in setup(): tests drive setup() and step() by hand
         try:
             while not self.budget_spent():
                 collected = self.collect()
@@ -182,6 +187,7 @@ class Trainer:
                     break
                 self.step(collected)
         finally:
+            self.keeper.stop()
             self.set_state(status="stopping")
         if self.unacked:
             self.checkpoint()
@@ -210,11 +216,12 @@ class Trainer:
         ready = len(self.backlog) + self.stream.undelivered(limit=ahead)
         want = ahead - self.stream.outstanding() - ready
         for _ in range(max(0, want)):
-            index = int(self.r.incr(self.stream.keys.episodes_enqueued))
+            index = int(self.r.incr(self.stream.keys.episode_index))
             task = self.rng.choice(self.tasks) if self.tasks else None
             payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url,
                                       task, self.snapshots.draw if self.snapshots else None)
             self.celery.send_task(TASK_NAME, args=[payload], queue=QUEUE)
+            self.r.incr(self.stream.keys.episodes_enqueued)
 
     def collect(self) -> Collected | None:
         """Read episodes until every trainable agent has a batch; None if the budget ran out."""
@@ -238,14 +245,14 @@ class Trainer:
                     break
                 got.entry_ids.append(entry_id)
                 got.records.append(record)
-                EPISODES_CONSUMED.inc()
+                TRAINER_EPISODES_CONSUMED.inc()
                 for turn in record.turns:
                     if turn.agent not in got.turns or not turn.completion_token_ids:
                         continue
                     age = self.versions[turn.agent] - (turn.policy_version or 0)
                     if age > ppo.max_staleness:
                         got.dropped_stale += 1
-                        TURNS_DROPPED.inc()
+                        TRAINER_TURNS_DROPPED.inc()
                         continue
                     got.turns[turn.agent].append(TurnSample(
                         prompt_ids=turn.prompt_token_ids,
@@ -274,8 +281,8 @@ class Trainer:
         if self.update_index % self.cfg.ppo.checkpoint_every == 0:
             self.checkpoint()
         for name, path in new_paths.items():
-            stats[name]["hotswap_seconds"] = publish(
-                self.admin_for(name), self.stream, name, self.versions[name], path)
+            stats[name]["hotswap_seconds"] = self.keeper.publish(
+                name, self.versions[name], path)
         self.add_snapshot()
         self.report(got, stats)
 
@@ -328,6 +335,9 @@ class Trainer:
         if self.snapshots is not None:
             self.snapshots.record(got.records)
             stats[self.snapshots.agent]["pool_elo"] = self.snapshots.learner_rating
+        if self.curriculum is not None:  # levels move on the episodes just consumed
+            for name, levels in self.curriculum.observe(got.records).items():
+                stats.setdefault(name, {}).update(levels)
         row = {"update": self.update_index, "elapsed_s": round(time.monotonic() - self.started, 1),
                "episodes": len(got.records), "dropped_stale": got.dropped_stale, "agents": {}}
         for name, agent_stats in stats.items():
@@ -343,9 +353,11 @@ class Trainer:
                 values = self.recent[name].get("metric:" + key)
                 if values:
                     agent_stats[key] = sum(values) / len(values)
-            for key, gauge in AGENT_GAUGES.items():
-                if key in agent_stats:
-                    gauge.labels(name).set(agent_stats[key])
+            for key, value in agent_stats.items():
+                gauge = AGENT_GAUGES.get(STAT_GAUGE_KEYS.get(key, key))
+                if gauge is not None:
+                    gauge.labels(name).set(value)
+            TRAINER_UPDATES.labels(name).inc()
             row["agents"][name] = {k: round(v, 4) for k, v in agent_stats.items()}
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
@@ -353,7 +365,7 @@ class Trainer:
         for name, agent_stats in row["agents"].items():
             for key in ("policy_version", "reward_mean", "win_rate", "legal_rate", "kl",
                         "update_s", "accuracy_first", "accuracy_last", "pool_elo",
-                        *ENV_METRIC_NAMES):
+                        "curriculum_level", *ENV_METRIC_NAMES):
                 if key in agent_stats:
                     flat[f"{name}:{key}"] = agent_stats[key]
         self.set_state(**flat)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import torch
+from results import append_section
 
 from agora.algos.ppo import PPOLearner
 from agora.config import AgentConfig, BaseModelConfig, PPOConfig, SamplingConfig
@@ -73,10 +74,12 @@ def main() -> None:
     finally:
         svc.stop()
     swap = statistics.median(swaps)
-    print(f"model {args.model}")
-    print(f"hot-swap (load_inplace + first answer), median of {len(swaps)}: {swap:.3f} s")
-    print(f"restart vLLM + load + first answer: {restart:.1f} s")
-    print(f"ratio restart/hot-swap: {restart / swap:.0f}x")
+    lines = [f"model {args.model}",
+             f"hot-swap (load_inplace + first answer), median of {len(swaps)}: {swap:.3f} s",
+             f"restart vLLM + load + first answer: {restart:.1f} s",
+             f"ratio restart/hot-swap: {restart / swap:.0f}x"]
+    print("\n".join(lines))
+    append_section("hotswap.py", "\n".join(f"- {line}" for line in lines))
 
 
 if __name__ == "__main__":

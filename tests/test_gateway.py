@@ -250,6 +250,8 @@ def test_unknown_agent_is_404(gateway):
             422,
             "stream",
         ),
+        (json.dumps({"model": "alice", "messages": HELLO, "n": 1000}).encode(), 422, "'n'"),
+        (json.dumps({"model": "alice", "messages": HELLO, "n": "2"}).encode(), 422, "'n'"),
     ],
 )
 def test_bad_body_is_4xx_json(gateway, content, status, needle):

@@ -242,9 +242,16 @@ def test_observation_shows_teammates_cards_but_not_ones_own():
 
 
 def test_prompt_gives_the_exact_action_formats():
-    for text in ["[Play] X", "[Discard] X", "[Reveal] player N card X color C",
-                 "[Reveal] player N card X rank R"]:
-        assert text in SYSTEM_PROMPT
+    # Every example action of the prompt, copied verbatim with its explanation (as an untrained
+    # model does), parses as the action it shows.
+    examples = [line for line in SYSTEM_PROMPT.splitlines() if line.startswith("[")]
+    assert [line.split()[0] for line in examples] == ["[Play]", "[Discard]", "[Reveal]",
+                                                      "[Reveal]"]
+    for line in examples:
+        action = parse_action(line)
+        assert action is not None and action.kind == line[1:line.index("]")].lower()
+    for line in examples[:2]:  # a play or a discard of an own card is always legal
+        assert new(2, seed=0).step(line).legal
     assert "Your move as player 1:" in user_prompt(new(2), 1)
 
 

@@ -388,15 +388,16 @@ def test_bad_mode_requests_are_422(learned_url, extra, fragment):
     assert fragment in json.dumps(resp.json()["detail"])
 
 
-def test_without_a_model_score_and_learned_modes_are_503(reward_url):
+def test_without_a_model_score_and_learned_modes_are_422(reward_url):
+    # 422, not 503: no retry can succeed on a service started without a model.
     resp = httpx.post(f"{reward_url}/v1/score", json={"question": "1 + 1?", "answers": ["2"]},
                       timeout=30)
-    assert resp.status_code == 503
+    assert resp.status_code == 422
     assert "AGORA_REWARD_MODEL" in resp.json()["detail"]
     resp = httpx.post(f"{reward_url}/v1/verify", timeout=60, json={
         "kind": "math", "task": {"answer": "2", "question": "1 + 1?"}, "responses": ["2"],
         "mode": "blend"})
-    assert resp.status_code == 503 and "no learned verifier" in resp.json()["detail"]
+    assert resp.status_code == 422 and "no learned verifier" in resp.json()["detail"]
     bad = httpx.post(f"{reward_url}/v1/score", json={"question": "q", "answers": []},
                      timeout=30)
     assert bad.status_code == 422

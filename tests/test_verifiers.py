@@ -130,11 +130,13 @@ def test_without_worker_processes_verification_runs_in_process(monkeypatch):
 ])
 def test_long_adversarial_responses_take_linear_time(response):
     """Responses may be 32k characters; a backtracking regex turned some of these into
-    minutes (measured before the patterns were made possessive)."""
+    minutes (measured before the patterns were made possessive). The bound is loose on
+    purpose: linear takes well under a second here, even on a loaded 2-core machine the
+    suite shares with other jobs; a backtracking pattern takes minutes."""
     started = time.perf_counter()
     verify_math(response, TaskRef(answer="5"))
     parse_nli(response)
-    assert time.perf_counter() - started < 2
+    assert time.perf_counter() - started < 10
 
 
 def test_a_gold_answer_math_verify_cannot_read_is_compared_as_text():

@@ -67,15 +67,18 @@ _HINT_CARD = re.compile(r"card (\d)")
 _HINT_COLOR = re.compile(r"color ([A-Z]|[a-z]*)")
 _HINT_RANK = re.compile(r"rank (\d)")
 
+# Concrete examples, not placeholders: untrained SmolLM2 copied "[Play] X" verbatim (0% legal
+# moves over a 500-s run, so every game scored the same and PPO had nothing to learn from); a
+# copied "[Play] 2" is a legal move.
 SYSTEM_PROMPT = (
     "Cooperative Hanabi. The team builds one firework per color (white, yellow, green, blue, "
     "red) from 1 up to 5; each card played scores 1, 25 at most. You see your teammates' cards, "
     "not yours. Cards are numbered from 0, oldest first; a new card goes last.\n"
-    "Reply with one action:\n"
-    "[Play] X - play your card X; a wrong card costs a fuse token\n"
-    "[Discard] X - discard your card X, regain an info token\n"
-    "[Reveal] player N card X color C - tell player N the color of their card X\n"
-    "[Reveal] player N card X rank R - tell player N the rank of their card X\n"
+    "Reply with one action, for example:\n"
+    "[Play] 2 - play your card 2; a wrong card costs a fuse token\n"
+    "[Discard] 0 - discard your card 0, regain an info token\n"
+    "[Reveal] player 1 card 3 color red - tell player 1 their card 3 is red\n"
+    "[Reveal] player 1 card 4 rank 2 - tell player 1 their card 4 is a 2\n"
     "A hint must be true and costs an info token. The game ends when all fireworks are "
     "complete, on a wrong play with 0 fuse tokens, or a round after the deck runs out."
 )

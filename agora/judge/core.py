@@ -37,6 +37,7 @@ from agora.judge.metrics import (
     POSITION_BIAS,
     REQUESTS,
     UPSTREAM_ERRORS,
+    init_judge_backend,
 )
 from agora.judge.rubric_backend import PRECISION, RubricNotScorable, weighted_overall
 from agora.judge.rubrics import UnknownRubric, resolve_rubric
@@ -103,6 +104,8 @@ class Judge:
         self.backends = backends
         self.default_backend = default_backend
         self.cache = cache
+        for name in backends:
+            init_judge_backend(name)
 
     def backend(self, override: str | None) -> Backend:
         name = override or self.default_backend

@@ -1,5 +1,6 @@
-"""Judge metrics (Prometheus, names start with ``agora_judge_``). HTTP request counts and
-latency per route come from ``agora.metrics.instrument``; these add what only the judge knows.
+"""Judge metrics (names start with ``agora_judge_``), defined with every other agora metric in
+``agora.metrics`` and re-exported here under the short names the judge code uses. HTTP request
+counts and latency per route come from ``agora.metrics.instrument``.
 
 Rates for dashboards:
 - cache hit rate = hits / (hits + misses);
@@ -9,41 +10,18 @@ Rates for dashboards:
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from agora.metrics import JUDGE_CACHE_ERRORS as CACHE_ERRORS
+from agora.metrics import JUDGE_CACHE_HITS as CACHE_HITS
+from agora.metrics import JUDGE_CACHE_MISSES as CACHE_MISSES
+from agora.metrics import JUDGE_LATENCY as LATENCY
+from agora.metrics import JUDGE_MALFORMED as MALFORMED
+from agora.metrics import JUDGE_ORDER_CHECKS as ORDER_CHECKS
+from agora.metrics import JUDGE_POSITION_BIAS as POSITION_BIAS
+from agora.metrics import JUDGE_REQUESTS as REQUESTS
+from agora.metrics import JUDGE_UPSTREAM_ERRORS as UPSTREAM_ERRORS
+from agora.metrics import init_judge_backend
 
-REQUESTS = Counter(
-    "agora_judge_requests_total", "Valid judge requests", ["endpoint", "backend"]
-)
-CACHE_HITS = Counter("agora_judge_cache_hits_total", "Verdicts served from Redis", ["endpoint"])
-CACHE_MISSES = Counter(
-    "agora_judge_cache_misses_total", "Verdicts not in the cache (judged afresh)", ["endpoint"]
-)
-CACHE_ERRORS = Counter(
-    "agora_judge_cache_errors_total", "Redis errors, treated as misses", ["op"]
-)
-POSITION_BIAS = Counter(
-    "agora_judge_position_bias_total",
-    "Pairwise judgments whose two presentation orders disagreed",
-    ["backend"],
-)
-ORDER_CHECKS = Counter(
-    "agora_judge_order_checks_total",
-    "Pairwise judgments with both orders parsed (denominator of the position-bias rate)",
-    ["backend"],
-)
-MALFORMED = Counter(
-    "agora_judge_malformed_verdicts_total",
-    "Judge outputs without a parseable verdict or with missing scores (one per output)",
-    ["endpoint", "backend"],
-)
-UPSTREAM_ERRORS = Counter(
-    "agora_judge_upstream_errors_total",
-    "Judge-model calls that failed after retries",
-    ["status"],
-)
-LATENCY = Histogram(
-    "agora_judge_seconds",
-    "Time to answer a judge request",
-    ["endpoint", "backend", "cached"],
-    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-)
+__all__ = [
+    "CACHE_ERRORS", "CACHE_HITS", "CACHE_MISSES", "LATENCY", "MALFORMED", "ORDER_CHECKS",
+    "POSITION_BIAS", "REQUESTS", "UPSTREAM_ERRORS", "init_judge_backend",
+]

@@ -16,11 +16,11 @@ image runs locally, in compose and in k8s).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agora.config import ConfigError
+from agora.envvars import EnvReader
 from agora.judge.cache import DEFAULT_TTL_S
 
 PREFIX = "AGORA_JUDGE_"
@@ -53,28 +53,16 @@ class JudgeSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> JudgeSettings:
-        env = os.environ if env is None else env
-
-        def get(name: str) -> str | None:
-            return env.get(name) or None  # empty counts as unset (compose's `VAR=`)
-
-        def number(name: str, kind: type, default: float) -> float:
-            raw = get(PREFIX + name)
-            if raw is None:
-                return default
-            try:
-                return kind(raw)
-            except ValueError:
-                raise ConfigError(f"{PREFIX}{name} must be a number, not '{raw}'") from None
+        read = EnvReader(PREFIX, env)
 
         return cls(
-            backend=get(PREFIX + "BACKEND") or "rubric",
-            base_url=get(PREFIX + "BASE_URL"),
-            model=get(PREFIX + "MODEL") or "base",
-            api_key=get(PREFIX + "API_KEY"),
-            max_tokens=int(number("MAX_TOKENS", int, 512)),
-            timeout_s=float(number("TIMEOUT_S", float, 120.0)),
-            attempts=int(number("ATTEMPTS", int, 3)),
-            cache_ttl_s=int(number("CACHE_TTL_S", int, DEFAULT_TTL_S)),
-            redis_url=get("REDIS_URL"),
+            backend=read.get("BACKEND") or "rubric",
+            base_url=read.get("BASE_URL"),
+            model=read.get("MODEL") or "base",
+            api_key=read.get("API_KEY"),
+            max_tokens=int(read.number("MAX_TOKENS", int, 512)),
+            timeout_s=float(read.number("TIMEOUT_S", float, 120.0)),
+            attempts=int(read.number("ATTEMPTS", int, 3)),
+            cache_ttl_s=int(read.number("CACHE_TTL_S", int, DEFAULT_TTL_S)),
+            redis_url=read.raw("REDIS_URL"),
         )

@@ -43,6 +43,7 @@ from agora.context_agents import make_context_agent
 from agora.envs.code_debug import PROBLEMS_BY_ID, debug_scores, same_code
 from agora.envs.negotiation import negotiation_scores
 from agora.envs.story import StoryWriting, story_judge_request
+from agora.envs.support import support_metrics, support_scores
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.policy_client import RETRYABLE
 from agora.records import EpisodeRecord, RewardParts
@@ -70,6 +71,12 @@ ENV_METRICS: dict[str, dict[str, str]] = {
         "pass_rate": "code_debug: share of hidden tests the agent's code passes",
         "solved": "code_debug: share of episodes where the agent's code passes every test",
         "bug_fixed": "code_debug (author): share of episodes with a bug that got fixed",
+    },
+    "support": {
+        "task_success": "support: share of episodes whose final answer is right",
+        "tool_accuracy": "support: share of the agent's tool calls that were well-formed, "
+                         "allowed, ran without error and used a tool the task needs",
+        "tool_calls": "support: tool calls the agent made per episode",
     },
 }
 JUDGE_MIDPOINT = 0.5  # the 0..1 score a malformed verdict gets
@@ -118,7 +125,7 @@ class JudgeClient:
 
     @classmethod
     def of(cls, cfg: RunConfig) -> JudgeClient:
-        return cls(f"http://{cfg.services.host}:{cfg.services.judge_port}")
+        return cls(cfg.service_url("judge"))
 
     def score(self, body: dict) -> float:
         """``/v1/judge/score`` as a 0..1 value ((overall - min) / (max - min))."""
@@ -281,7 +288,7 @@ def score_code_debug(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient) 
         codes.append(str(info["fixer_code"]))
     body = {"kind": "code", "responses": codes, "tests": problem.tests,
             "limits": {"cpu_seconds": opts.cpu_seconds, "wall_seconds": opts.wall_seconds}}
-    url = f"http://{cfg.services.host}:{cfg.services.reward_port}/v1/verify"
+    url = cfg.service_url("reward") + "/v1/verify"
     verdict = post_json(url, body, RewardUnavailable, "reward service", timeout_s=120.0)
     results = [CodeVerdict.model_validate(r) for r in verdict["results"]]
     scores = debug_scores(info, results[0], results[-1])
@@ -303,6 +310,29 @@ def score_code_debug(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient) 
     return Scored(parts, seat_results, metrics)
 
 
+# --------------------------------------------------------------------------- support
+
+def score_support(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient) -> Scored:
+    """The team's answer checked against the ground truth (``support_scores``): every turn gets
+    reward.correct or reward.wrong, + ``call_bonus`` per accurate call it made, + the illegal
+    move penalty on an illegal turn. No service is asked: the truth is in the record."""
+    opts = cfg.environment.support
+    assert opts is not None
+    info = record.info
+    scores = support_scores(info)
+    success = bool(scores["success"])
+    verifier = cfg.reward.correct if success else cfg.reward.wrong
+    accurate: dict[int, int] = {}
+    for call in list(info["calls"]):
+        accurate[int(call["turn"])] = accurate.get(int(call["turn"]), 0) + int(call["accurate"])
+    parts = [RewardParts(verifier=verifier,
+                         shaping=opts.call_bonus * accurate.get(index, 0) + _penalty(cfg, t.legal))
+             for index, t in enumerate(record.turns)]
+    record.info["support"] = scores
+    results = ["success" if success else "failure"] * len(record.seats)
+    return Scored(parts, results, support_metrics(info, record.seats))
+
+
 # --------------------------------------------------------------------------- common
 
 Scorer = Callable[[RunConfig, EpisodeRecord, JudgeClient], Scored]
@@ -310,6 +340,7 @@ SCORERS: dict[str, Scorer] = {
     "negotiation": score_negotiation,
     "story": score_story,
     "code_debug": score_code_debug,
+    "support": score_support,
 }
 
 

@@ -21,6 +21,8 @@ import functools
 import random
 from dataclasses import dataclass
 
+import httpx
+
 from agora.bots import make_bot
 from agora.config import CONTEXT_PREFIX, RunConfig
 from agora.context_agents import ContextAgent, ScheduledAgent, make_context_agent
@@ -29,8 +31,9 @@ from agora.envs.code_debug import CodeDebug
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.envs.negotiation import Negotiation
 from agora.envs.story import StoryWriting
+from agora.envs.support_options import build_support_env
 from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin, PolicyClient, load_tokenizer
+from agora.policy_client import PolicyAdmin, PolicyClient, PolicyUnavailable, load_tokenizer
 from agora.rollout.runner import BotPlayer, LLMPlayer, Player
 from agora.stream import EpisodeStream
 from agora.tasks import Task
@@ -84,6 +87,8 @@ def build_env(cfg: RunConfig, payload: dict) -> TurnBasedEnv:
         opts = env.code_debug
         return CodeDebug(mode=opts.mode, problem_id=opts.problem_id,
                          author_plants_bug=opts.author_plants_bug)
+    if env.name == "support" and env.support is not None:
+        return build_support_env(env.support, payload)  # the level: by seed (or a curriculum)
     return make_env(env.name, num_seats=seats)
 
 
@@ -141,7 +146,11 @@ def snapshot_player(cfg: RunConfig, payload: dict) -> LLMPlayer:
 
 def ensure_adapter(policy_url: str, name: str, path: str) -> None:
     admin = PolicyAdmin(policy_url)
-    if name not in admin.models():
+    try:
+        served = admin.models()
+    except httpx.TransportError as err:  # restarting: the task waits and retries the episode
+        raise PolicyUnavailable(f"policy server {policy_url} unreachable: {err}") from err
+    if name not in served:
         admin.load_adapter(name, path)
 
 
@@ -149,5 +158,11 @@ def _client(cfg: RunConfig, agent_name: str, served_name: str) -> PolicyClient:
     """A client asking ``served_name`` with the sampling settings of ``agent_name``."""
     agent = cfg.agent(agent_name)
     model_path = resolve_model(cfg.models[agent.base].model)
+    # A policy server that restarts (agora/supervisor.py) is waited for as long as the launcher
+    # waits for one to start, and so is the trainer re-loading the agents' adapters into it
+    # (agora/serving/adapter_keeper.py). A snapshot's adapter is not the trainer's to re-load:
+    # its 404 fails the turn at once, and the retried episode loads it (ensure_adapter).
+    wait_s = cfg.services.health_timeout_s
     return PolicyClient(cfg.policy_url(agent_name), served_name, load_tokenizer(model_path),
-                        agent.sampling)
+                        agent.sampling, retry_for_s=wait_s,
+                        adapter_wait_s=wait_s if served_name == agent_name else 0.0)

@@ -6,7 +6,10 @@ Delivery guarantees, and what provides each:
 - not duplicated when it is redelivered: ``EpisodeStream.append_once`` (id set + XADD, atomic),
   and a cheap early exit when the id is already in the stream.
 - survives a policy or reward server restart: the clients retry connection errors with backoff
-  (tenacity); past that budget the task retries itself with Celery's exponential backoff.
+  (tenacity), and wait for the trainer to re-load the agent's adapter into a restarted policy
+  server (agora/serving/adapter_keeper.py); past that budget the task retries itself.
+- survives a Redis restart: its Redis client retries (agora/redis_client.py), Celery reconnects
+  its broker connection, and a task whose ack was lost runs again and is dropped as a duplicate.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import logging
 import os
 import random
+import time
 from collections.abc import Callable
 
 import httpx
@@ -25,8 +29,17 @@ from celery import Celery
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from agora.config import RunConfig, parse_config
+from agora.curriculum import episode as curriculum
+from agora.metrics import (
+    ROLLOUT_DUPLICATES,
+    ROLLOUT_EPISODE_SECONDS,
+    ROLLOUT_EPISODES,
+    ROLLOUT_FAILURES,
+    ROLLOUT_RETRIES,
+)
 from agora.policy_client import RETRYABLE, PolicyUnavailable
 from agora.records import EpisodeRecord, RewardParts
+from agora.redis_client import resilient_redis
 from agora.rewards import discussion_rewards
 from agora.rollout.runner import run_episode
 from agora.rollout.scoring import RewardUnavailable, score_episode
@@ -65,6 +78,10 @@ def make_celery(broker_url: str | None = None, visibility_timeout: int | None = 
             "unacked_mutex_expire": max(10, vt),
         },
         broker_connection_retry_on_startup=True,
+        # Sending a task while Redis restarts (agora/supervisor.py): keep trying for ~2 minutes
+        # (Celery's default gives up after 3 tries in 0.6 s, which crashed the trainer).
+        task_publish_retry_policy={"max_retries": 60, "interval_start": 0,
+                                   "interval_step": 0.5, "interval_max": 2},
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
@@ -81,7 +98,8 @@ def _config(config_json: str) -> RunConfig:
 
 @functools.lru_cache(maxsize=4)
 def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+    # Rides out a Redis restart mid-episode (agora/redis_client.py) instead of failing it.
+    return resilient_redis(url)
 
 
 def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -> dict:
@@ -103,6 +121,7 @@ def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -
         "actions": [t.text for t in record.turns],
         "seed": record.seed,
         "num_seats": len(record.seats),
+        **curriculum.verification_fields(payload),  # an opening to replay first
         "rewards": {
             "win": cfg.reward.win,
             "draw": cfg.reward.draw,
@@ -114,7 +133,7 @@ def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -
 
 def verify(cfg: RunConfig, body: dict) -> dict:
     """Ask the reward service for the verdict, retrying while it is unreachable."""
-    url = f"http://{cfg.services.host}:{cfg.services.reward_port}/v1/verify"
+    url = cfg.service_url("reward") + "/v1/verify"
     try:
         for attempt in Retrying(
             retry=retry_if_exception_type(RETRYABLE),
@@ -199,13 +218,16 @@ def play(payload: dict) -> str:
     stream = _stream(payload)
     episode_id = payload["episode_id"]
     if stream.has_episode(episode_id):
+        ROLLOUT_DUPLICATES.inc()
         return "duplicate"
+    started = time.perf_counter()
+    payload = curriculum.prepare(cfg, payload, stream.r)  # the level: an opening, a question
     clock = learner_clock(cfg, stream) if cfg.context_agents else None
     players = build_players(cfg, payload, stream, clock=clock)
     seed = int(payload["seed"])
     record = asyncio.run(
         run_episode(
-            build_env(cfg, payload),
+            curriculum.shape_env(cfg, build_env(cfg, payload), payload),
             players,
             run_id=payload["run_id"],
             episode_id=episode_id,
@@ -219,12 +241,16 @@ def play(payload: dict) -> str:
         record.info["clock"] = clock  # the update index the scheduled context agents saw
     if "snapshot" in payload:
         record.info["snapshot"] = payload["snapshot"]
+    curriculum.label(record, payload)  # info["curriculum"]: the level it was played at
     if not score_episode(cfg, record):  # negotiation, story, code_debug: agora/rollout/scoring
         apply_verdict(record, verify(cfg, verification_request(cfg, record, payload)),
                       cfg.reward.cooperation)
     if not stream.append_once(record):
+        ROLLOUT_DUPLICATES.inc()
         return "duplicate"
     record_stats(stream, record)
+    ROLLOUT_EPISODES.labels(record.env, record.opponent).inc()
+    ROLLOUT_EPISODE_SECONDS.labels(record.env).observe(time.perf_counter() - started)
     return "added"
 
 
@@ -241,15 +267,20 @@ def play_episode(self, payload: dict) -> str:
         return play(payload)
     except (PolicyUnavailable, RewardUnavailable) as err:
         # Servers restarting: wait and retry for as long as it takes (bounded by max_retries).
-        raise self.retry(exc=err, max_retries=30) from err
+        ROLLOUT_RETRIES.labels("unavailable").inc()
+        # An explicit countdown: without one Celery waits its default_retry_delay, 3 minutes.
+        raise self.retry(exc=err, max_retries=30,
+                         countdown=min(60, 2 ** self.request.retries)) from err
     except Exception as err:
         # Anything else may be transient too, but a poison task must not loop forever: retry a
         # few times, then count it as failed so the trainer stops waiting for it.
         if self.request.retries >= 3:
             _stream(payload).mark_failed()
+            ROLLOUT_FAILURES.inc()
             log.error("episode %s failed for good: %r", payload.get("episode_id"), err)
             raise
         log.warning("episode %s failed (%s); retrying", payload.get("episode_id"), err)
+        ROLLOUT_RETRIES.labels("error").inc()
         raise self.retry(exc=err, countdown=2 ** self.request.retries) from err
 
 

@@ -84,6 +84,20 @@ def generate(spec: ReasoningGymSpec, split: str, limit: int | None = None) -> li
     return tasks
 
 
+def train_task_at(spec: ReasoningGymSpec, index: int) -> Task:
+    """Train item ``index % spec.size`` alone, without generating the split before it: what a
+    curriculum needs to draw one task with a level's knobs (agora/curriculum/ladders.py)."""
+    knobs = json.dumps(jsonable(spec.config), sort_keys=True)
+    index %= spec.size
+    dataset = _dataset(spec.name, knobs, spec.size, dataset_seed(spec.seed, "train"))
+    return _task(spec, "train", index, dataset[index])
+
+
+@lru_cache(maxsize=32)
+def _dataset(name: str, knobs_json: str, size: int, seed: int) -> ProceduralDataset:
+    return create(name, json.loads(knobs_json), size, seed)
+
+
 def _entries(
     spec: ReasoningGymSpec, split: str, size: int, count: int
 ) -> Iterator[tuple[int, dict[str, Any]]]:

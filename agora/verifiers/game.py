@@ -46,10 +46,18 @@ class InvalidEpisode(ValueError):
 
 def verify_game(
     env_name: str, actions: list[str], scheme: RewardScheme, seed: int = 0,
-    num_seats: int | None = None,
+    num_seats: int | None = None, opening: list[str] | None = None,
 ) -> GameVerdict:
+    """``opening``: moves pre-played after ``reset`` (a curriculum's opening, see
+    agora/curriculum/openings.py); they belong to no turn and get no reward."""
     env = make_env(env_name, num_seats)
     env.reset(seed)
+    for index, action in enumerate(opening or []):
+        if env.done or not env.step(action).legal:
+            raise InvalidEpisode(f"opening move {index} ({action[:20]!r}) is illegal or comes "
+                                 "after the game ended")
+    if opening and env.done:
+        raise InvalidEpisode("the opening ends the game: there is nothing left to play")
     seats_of_turn: list[int] = []
     legal: list[bool] = []
     for index, action in enumerate(actions):

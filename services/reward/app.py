@@ -10,7 +10,7 @@ The learned verifier (a classifier trained by ``agora verifier train``) is serve
 
 - ``AGORA_REWARD_MODEL``: the classifier's folder; loaded once, in the background at start-up
   (so ``/health`` is up at once; the first scoring request waits for it). Unset: ``/v1/score``
-  and non-rule modes answer 503.
+  and non-rule modes answer 422 naming the variable (503 if the model is set but failed to load).
 - ``AGORA_REWARD_BLEND``: default weight of the rule reward in mode "blend" (0.5).
 - ``AGORA_SANDBOX_CONCURRENCY``: code runs at the same time, over all requests (CPU count).
 """
@@ -29,11 +29,10 @@ from fastapi import Body, FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from agora.envs import ENVS
-from agora.metrics import instrument
+from agora.metrics import LEARNED_SCORES, VERIFICATIONS, instrument
 from agora.sandbox import SandboxLimits
 from agora.tasks import NLILabel, TaskError, TaskRef
 from agora.verifiers.code import CodeVerdict, expected_test_names, extract_code, verify_code
@@ -49,18 +48,6 @@ MAX_RESPONSE_CHARS = 32768
 # A code response costs a sandboxed process for up to its wall-clock limit: far fewer per call.
 MAX_CODE_RESPONSES = 32
 MAX_TESTS_CHARS = 65536
-
-
-VERIFICATIONS = Counter(
-    "agora_verifications_total",
-    "Verifications by kind; math/nli count responses (correct|wrong|unparsable), code counts "
-    "responses (passed|failed|<sandbox status> e.g. timeout, cpu_limit), games count requests "
-    "(finished|unfinished)",
-    ["kind", "result"],
-)
-LEARNED_SCORES = Counter(
-    "agora_learned_scores_total", "Answers scored by the learned verifier", ["route"]
-)
 
 
 def _env_blend() -> float:
@@ -96,6 +83,9 @@ class VerifyRequest(BaseModel):
     num_seats: int | None = Field(None, ge=1, le=8, description="players, for games with a "
                                   "variable count (hanabi); default: the game's default")
     rewards: RewardScheme = Field(default_factory=RewardScheme)
+    opening: list[str] = Field(default_factory=list, max_length=MAX_ACTIONS, description=
+                               "moves pre-played before 'actions' (a curriculum's opening); "
+                               "they are nobody's turns and get no reward")
 
 
 class TaskRewards(BaseModel):
@@ -318,7 +308,7 @@ def verify(
 
 @app.post("/v1/score", response_model=ScoreResponse)
 def score(req: ScoreRequest) -> ScoreResponse:
-    """The learned verifier's score of each answer to the question (503 without a model)."""
+    """The learned verifier's score of each answer to the question (422 without a model)."""
     scores = _learned_scores(req.question, req.answers, "/v1/score")
     return ScoreResponse(scores=scores, probs=[probability(x) for x in scores])
 
@@ -327,7 +317,10 @@ def _learned_scores(question: str, answers: list[str], route: str) -> list[float
     try:
         verifier = LEARNED.get()
     except VerifierUnavailable as err:
-        raise HTTPException(503, str(err)) from None
+        # Not configured: no retry can succeed against this deployment, so the request is
+        # refused (422, like the judge's unconfigured backend) and workers do not retry it.
+        # Configured but failed to load: the service's fault, 503.
+        raise HTTPException(503 if LEARNED.configured else 422, str(err)) from None
     scores = verifier.score(question, answers)
     if not all(math.isfinite(x) for x in scores):  # JSON cannot carry NaN: say why instead
         raise HTTPException(503, f"the learned verifier at {LEARNED.path} gave a non-finite "
@@ -342,8 +335,11 @@ def _verify_game(req: VerifyRequest) -> GameVerdict:
     too_long = [i for i, a in enumerate(req.actions) if len(a) > MAX_ACTION_CHARS]
     if too_long:
         raise HTTPException(422, f"actions {too_long[:5]} exceed {MAX_ACTION_CHARS} characters")
+    if any(len(a) > MAX_ACTION_CHARS for a in req.opening):
+        raise HTTPException(422, f"an opening move exceeds {MAX_ACTION_CHARS} characters")
     try:
-        verdict = verify_game(req.env, req.actions, req.rewards, req.seed, req.num_seats)
+        verdict = verify_game(req.env, req.actions, req.rewards, req.seed, req.num_seats,
+                              opening=req.opening)
     except (InvalidEpisode, ValueError) as err:  # ValueError: a seat count the game lacks
         raise HTTPException(422, str(err)) from None
     VERIFICATIONS.labels("game", "finished" if verdict.finished else "unfinished").inc()

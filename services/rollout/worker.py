@@ -1,6 +1,18 @@
 """Rollout worker entry point: ``celery -A services.rollout.worker worker -Q rollouts``.
 
-All logic lives in ``agora.rollout.tasks``; this module only exposes the Celery app.
+All logic lives in ``agora.rollout.tasks``; this module exposes the Celery app and, once the
+worker starts, serves its Prometheus metrics (``agora_rollout_*``) on
+``AGORA_WORKER_METRICS_PORT`` (unset: none; bind address ``AGORA_WORKER_METRICS_ADDR``, default
+all interfaces). The counters live in this process, so the pool must be ``threads`` (as the
+launcher and the Dockerfile start it): prefork children would count in registries nobody serves.
 """
 
+from celery.signals import worker_init
+
+from agora.metrics import serve_from_env
 from agora.rollout.tasks import celery_app as app  # noqa: F401  (celery -A looks for `app`)
+
+
+@worker_init.connect
+def _serve_metrics(**_kwargs) -> None:
+    serve_from_env()

@@ -1,0 +1,143 @@
+"""Measure a policy on the support task straight through vLLM: task success, tool use, handoffs.
+
+One served model (the base, ``base``, or a trained adapter's name) plays all three desks, as in
+``configs/support_tools.yaml``; episodes run concurrently so vLLM can batch them. No Redis,
+Celery or reward service: the support task's scorer needs none (the truth is in the episode).
+Used for the before/after numbers of a run: ``agora support-eval CONFIG --level 1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from agora.config import RunConfig
+from agora.envs.support import support_scores
+from agora.envs.support_options import build_support_env
+from agora.eval import wilson
+from agora.models import resolve_model
+from agora.policy_client import PolicyAdmin, PolicyClient, load_tokenizer
+from agora.procs import Service, http_ok
+from agora.rollout.runner import LLMPlayer, run_episode
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
+
+
+@dataclass
+class SupportEval:
+    level: int
+    episodes: int = 0
+    successes: int = 0
+    calls: int = 0
+    accurate_calls: int = 0
+    llm_turns: int = 0
+    legal_turns: int = 0
+    handed_off: int = 0
+    answered: int = 0
+    marked: int = 0
+    examples: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        n = max(1, self.episodes)
+        return {
+            "level": self.level, "episodes": self.episodes,
+            "success": self.successes / n, "success_ci95": wilson(self.successes, self.episodes),
+            "tool_accuracy": self.accurate_calls / self.calls if self.calls else None,
+            "calls_per_episode": self.calls / n,
+            "legal_rate": self.legal_turns / max(1, self.llm_turns),
+            "handoff_rate": self.handed_off / n, "answered_rate": self.answered / n,
+            "answer_tag_rate": self.marked / n,
+        }
+
+
+async def play_support(cfg: RunConfig, agent: str, served: str, episodes: int, level: int,
+                       concurrency: int = 8, seed: int = 30_000) -> SupportEval:
+    opts = cfg.environment.support
+    if opts is None:
+        raise ValueError("the config's environment is not 'support'")
+    agent_cfg = cfg.agent(agent)
+    tokenizer = load_tokenizer(resolve_model(cfg.models[agent_cfg.base].model))
+    result = SupportEval(level)
+    async with httpx.AsyncClient(timeout=300,
+                                 limits=httpx.Limits(max_connections=concurrency)) as http:
+        client = PolicyClient(cfg.policy_url(agent), served, tokenizer, agent_cfg.sampling,
+                              http=http)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            env = build_support_env(opts, {"seed": seed + index})
+            env.level = level
+            player = LLMPlayer(agent, client, prefill=cfg.environment.prefill)
+            async with gate:
+                record = await run_episode(env, [player] * 3, run_id="support-eval",
+                                           episode_id=f"support-eval-{index}",
+                                           seed=seed + index)
+            info = record.info
+            scores = support_scores(info)
+            result.episodes += 1
+            result.successes += bool(scores["success"])
+            result.calls += int(scores["calls"])
+            result.accurate_calls += int(scores["accurate_calls"])
+            result.llm_turns += len(record.turns)
+            result.legal_turns += sum(t.legal for t in record.turns)
+            result.handed_off += bool(info["handoffs"])
+            result.answered += info["answer"] is not None
+            result.marked += bool(info["answer_marked"])
+            if len(result.examples) < 3:
+                result.examples.append({"question": info["question"], "truth": info["truth"],
+                                        "turns": [t.text for t in record.turns]})
+
+        await asyncio.gather(*(one(i) for i in range(episodes)))
+    return result
+
+
+@contextmanager
+def policy_server(cfg: RunConfig, agent: str, port: int | None = None) -> Iterator[RunConfig]:
+    """vLLM on the agent's base model for the duration (the config's port unless ``port``);
+    yields the config pointing at it."""
+    base_key = cfg.agent(agent).base
+    model = cfg.models[base_key].model_copy(update={"port": port or cfg.models[base_key].port})
+    served = cfg.model_copy(deep=True)
+    served.models[base_key] = model
+    logs = Path(tempfile.mkdtemp(prefix="agora-support-eval-"))
+    svc = Service(name="vllm", command=vllm_command(resolve_model(model.model), model,
+                                                    cfg.services.host),
+                  log_path=logs / "vllm.log", env=vllm_env(),
+                  health=http_ok(f"http://{cfg.services.host}:{model.port}/health"))
+    svc.start()
+    try:
+        svc.wait_healthy(cfg.services.health_timeout_s)
+        yield served
+    finally:
+        svc.stop()
+
+
+def evaluate_support(cfg: RunConfig, episodes: int, levels: list[int], agent: str | None = None,
+                     served: str = SERVED_BASE_NAME) -> list[SupportEval]:
+    """``episodes`` per level with ``served`` (a running server at the config's URL)."""
+    agent = agent or cfg.agents[0].name
+    return [asyncio.run(play_support(cfg, agent, served, episodes, level)) for level in levels]
+
+
+def run_support_eval(cfg: RunConfig, episodes: int, levels: list[int],
+                     adapter: Path | None = None, port: int | None = None,
+                     policy_url: str | None = None) -> list[SupportEval]:
+    """The config's first agent, as the base model or ``adapter`` (a LoRA folder, loaded as
+    ``support-eval``), on a vLLM started here (on ``port``) or the one at ``policy_url``."""
+    agent = cfg.agents[0].name
+    if policy_url:
+        cfg = cfg.model_copy(deep=True)
+        host, _, url_port = policy_url.rstrip("/").split("//")[-1].rpartition(":")
+        cfg.services.hosts["policy"] = host
+        cfg.models[cfg.agent(agent).base].port = int(url_port)
+    with nullcontext(cfg) if policy_url else policy_server(cfg, agent, port) as served_cfg:
+        served = SERVED_BASE_NAME
+        if adapter is not None:
+            served = "support-eval"
+            PolicyAdmin(served_cfg.policy_url(agent)).load_adapter(served, str(adapter))
+        return evaluate_support(served_cfg, episodes, levels, agent, served)

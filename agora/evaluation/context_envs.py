@@ -1,0 +1,126 @@
+"""Envs with a scorer (negotiation, story, code_debug, support): metrics, success, preference.
+
+Each compared policy (the evaluated version and its baseline: v0, or the base model for a
+checkpoint) plays the same ``episodes`` seeds in the config's seats. Scripted context agents
+play the strategy their schedule gives at the evaluated version's number, the same for both
+policies, so the two are compared against the same partner. Every episode is scored exactly as
+in training (``agora.rollout.scoring``: the judge service, the reward service's sandbox), and
+per LLM agent the episode metrics of ``ENV_METRICS`` are averaged:
+
+- metrics that are 0/1 per episode (``deal_rate``, ``solved``, ``bug_fixed``,
+  ``task_success``) as rates with 95% Wilson intervals; the *success rate* of a task env is its
+  success metric (code_debug: ``solved`` = every hidden test passes; support:
+  ``task_success`` = the team's final answer is right);
+- the others, and the mean reward, as means with 95% normal intervals.
+
+Judged envs (story, negotiation) also get a *preference rate*: per seed, the judge service's
+``/v1/judge/pairwise`` compares the evaluated policy's episode (a) with the baseline's (b):
+the whole story against the premise, or the learner's negotiation messages against the item
+pool, with the env's rubric. The judge asks in both orders; ``prob_a`` is 1 when a wins both,
+0 when b does, 0.5 for a tie or a position-biased split. Preference rate = mean ``prob_a``
+over the seeds, with a 95% Wilson interval over the number of seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agora.config import CONTEXT_PREFIX
+from agora.evaluation.context import EvalContext
+from agora.evaluation.stats import mean_interval, rate
+from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
+from agora.records import EpisodeRecord
+from agora.rollout.runner import BotPlayer, Player, run_episode
+from agora.rollout.scoring import ENV_METRICS, JudgeUnavailable, post_json, score_episode
+from agora.rollout.seating import build_env, make_context_seat
+
+BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
+COUNT_METRICS = {"tool_calls"}  # per-episode counts; every other env metric is within 0..1
+# The per-episode metric that says a task env's task was done (looked up when present, so a
+# new task env only has to report it).
+SUCCESS_METRIC = {"code_debug": "solved", "support": "task_success"}
+
+
+async def play_scored(ctx: EvalContext, served: dict[str, str], episodes: int, seed: int,
+                      clock: int) -> list[EpisodeRecord]:
+    cfg = ctx.cfg
+
+    async def one(i: int) -> EpisodeRecord:
+        players: list[Player] = []
+        for seat in cfg.environment.seats:
+            if seat.startswith(CONTEXT_PREFIX):
+                players.append(BotPlayer(make_context_seat(
+                    cfg, seat.removeprefix(CONTEXT_PREFIX), clock)))
+            else:
+                players.append(ctx.llm_player(seat, served[seat]))
+        async with ctx.gate:
+            # The payload's seed picks what the seed picks in training (support: the level).
+            record = await run_episode(build_env(cfg, {"seed": seed + i}), players,
+                                       run_id="eval", episode_id=f"eval-{i}", seed=seed + i,
+                                       max_turns=256)
+        await asyncio.to_thread(score_episode, cfg, record)
+        return record
+
+    return list(await asyncio.gather(*(one(i) for i in range(episodes))))
+
+
+def agent_metrics(records: list[EpisodeRecord], agent: str, env: str) -> dict[str, object]:
+    values: dict[str, list[float]] = {}
+    for record in records:
+        for key, value in dict(record.info.get("metrics") or {}).get(agent, {}).items():
+            values.setdefault(key, []).append(float(value))
+    turns = [t for r in records for t in r.turns if t.agent == agent]
+    out: dict[str, object] = {
+        "reward": mean_interval([r.rewards[agent] for r in records if agent in r.rewards]),
+        "legal_rate": sum(t.legal for t in turns) / len(turns) if turns else None,
+    }
+    for key in [*ENV_METRICS.get(env, {}), *sorted(set(values) - set(ENV_METRICS.get(env, {})))]:
+        if key not in values:
+            continue
+        vals = values[key]
+        if key in BINARY_METRICS:
+            out[key] = rate(sum(vals), len(vals))
+        else:  # shares and 0..1 judge scores; counts (tool_calls) only have a floor
+            out[key] = mean_interval(vals, 0.0, None if key in COUNT_METRICS else 1.0)
+    if (success := SUCCESS_METRIC.get(env)) in values:
+        out["success"] = out[success]
+    return out
+
+
+def preference_body(ctx: EvalContext, a: EpisodeRecord, b: EpisodeRecord, learner: str
+                    ) -> dict[str, object]:
+    env = ctx.cfg.environment
+    if env.name == "story" and env.story is not None:
+        context = f"Premise: {a.info['premise']}"
+        texts = [str(r.info.get("story", "")) for r in (a, b)]
+        rubric = env.story.rubric
+    else:
+        assert env.negotiation is not None
+        pool = ", ".join(f"{k}={n}" for k, n in dict(a.info["pool"]).items())
+        context = f"A negotiation over these items: {pool}. The messages of one negotiator:"
+        texts = ["\n".join(t.text.strip() for t in r.turns if t.agent == learner) for r in (a, b)]
+        rubric = env.negotiation.rubric
+    return {"context": context[-MAX_CONTEXT_CHARS:], "a": texts[0][:MAX_CANDIDATE_CHARS],
+            "b": texts[1][:MAX_CANDIDATE_CHARS], "rubric": rubric}
+
+
+async def judge_preference(ctx: EvalContext, latest: list[EpisodeRecord],
+                           baseline: list[EpisodeRecord], learner: str) -> dict[str, object]:
+    url = f"http://{ctx.cfg.services.host}:{ctx.cfg.services.judge_port}/v1/judge/pairwise"
+
+    async def one(a: EpisodeRecord, b: EpisodeRecord) -> dict:
+        body = preference_body(ctx, a, b, learner)
+        return await asyncio.to_thread(post_json, url, body, JudgeUnavailable, "judge service",
+                                       180.0)
+
+    verdicts = await asyncio.gather(*(one(a, b) for a, b in zip(latest, baseline, strict=True)))
+    probs = [float(v["prob_a"]) for v in verdicts]
+    return {
+        "comparisons": len(probs),
+        "preference": rate(sum(probs), len(probs)),
+        "wins": sum(p > 0.5 for p in probs), "ties": sum(p == 0.5 for p in probs),
+        "losses": sum(p < 0.5 for p in probs),
+        "position_bias": sum(bool(v["position_bias"]) for v in verdicts),
+        "malformed": sum(not v["parsed_ok"] for v in verdicts),
+        "rubric": verdicts[0]["rubric"] if verdicts else None,
+    }

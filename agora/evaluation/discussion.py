@@ -1,0 +1,118 @@
+"""Discussions (math, NLI): pass@k and majority vote over k sampled discussions per task.
+
+For every held-out task (the config's test split) the discussion runs ``k`` times with the
+agents' own sampling settings. Each answer is checked in-process by the reward service's own
+verifiers (math-verify / reasoning-gym's scorer, the NLI label parser), and its *final answer*
+(the extracted number or expression, or the label) is kept for the vote. Per round r (turn 1 =
+everyone answering alone, last turn = after reading the others) and seat s, with c of the k
+answers right:
+
+- ``pass@1`` = mean over tasks and seats of c / k;
+- ``pass@k`` = mean of the unbiased estimator 1 - C(k-c, k) / C(k, k) (Chen et al. 2021) with
+  n = k samples, i.e. the share of (task, seat) with at least one right answer among the k;
+- ``maj@k`` = share of (task, seat) whose most common final answer among the k is right
+  (answers without a final answer abstain; a tie goes to the answer given first).
+
+Intervals are 95% Wilson intervals: pass@k and maj@k over the tasks x seats outcomes; pass@1
+over all tasks x seats x k answers (the k answers of a task are not independent, so this one is
+narrower than it should be).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from agora.envs.discussion import Discussion, DiscussionTask
+from agora.evaluation.context import EvalContext
+from agora.evaluation.stats import majority_vote, pass_at_k, rate
+from agora.rollout.runner import run_episode
+from agora.tasks import Task
+from agora.verifiers.math import extract_final_answer, verify_math
+from agora.verifiers.nli import verify_nli
+
+
+@dataclass(frozen=True)
+class Answer:
+    correct: bool
+    final: Hashable | None  # what the vote counts: the extracted answer or label
+
+
+def check_answer(text: str, task: Task, memo: dict | None = None) -> Answer:
+    """The verifier's verdict and the final answer. A math verdict depends on the extracted
+    answer alone (``verify_math`` extracts first, then compares), so ``memo`` keeps it per
+    (task, extracted answer): k samples repeat answers often, and each math-verify call costs
+    ~0.15 s of a worker process on this CPU."""
+    if task.kind == "nli":
+        verdict = verify_nli(text, task)
+        return Answer(verdict.correct, verdict.predicted)
+    extracted = extract_final_answer(text)
+    key = (task.task_id, extracted)
+    if memo is not None and key in memo:
+        return memo[key]
+    math = verify_math(text, task)
+    answer = Answer(math.correct, math.extracted)
+    if memo is not None:
+        memo[key] = answer
+    return answer
+
+
+async def sample_discussions(ctx: EvalContext, served: dict[str, str], tasks: list[Task],
+                             k: int) -> list[list[list[list[Answer]]]]:
+    """answers[task][sample][round][seat] for ``k`` discussions of every task."""
+    seats = list(ctx.cfg.environment.seats)
+    rounds = ctx.cfg.environment.rounds
+    memo: dict = {}
+
+    async def one(t: int, task: Task, sample: int) -> list[list[Answer]]:
+        env = Discussion(DiscussionTask(task.task_id, task.kind, task.question),
+                         num_agents=len(seats), rounds=rounds)
+        players = [ctx.llm_player(agent, served[agent]) for agent in seats]
+        async with ctx.gate:
+            record = await run_episode(env, players, run_id="eval",
+                                       episode_id=f"eval-{t}-{sample}", seed=t * 1000 + sample)
+        grid: list[list[Answer]] = [[] for _ in range(rounds)]
+        for index, turn in enumerate(record.turns):
+            grid[index // len(seats)].append(await asyncio.to_thread(check_answer, turn.text,
+                                                                     task, memo))
+        return grid
+
+    flat = await asyncio.gather(*(one(t, task, s) for t, task in enumerate(tasks)
+                                  for s in range(k)))
+    return [list(flat[t * k:(t + 1) * k]) for t in range(len(tasks))]
+
+
+def round_metrics(answers: list[list[list[list[Answer]]]], round_index: int, k: int
+                  ) -> dict[str, object]:
+    """pass@1, pass@k, maj@k (and pass@j for j = 1..k) of one round, over tasks and seats."""
+    outcomes = []  # per (task, seat): (c, majority right)
+    for samples in answers:
+        seats = len(samples[0][round_index])
+        for seat in range(seats):
+            given = [s[round_index][seat] for s in samples]
+            c = sum(a.correct for a in given)
+            vote = majority_vote([a.final for a in given])
+            right = vote is not None and any(a.correct for a in given if a.final == vote)
+            outcomes.append((c, right))
+    n = len(outcomes)
+    correct = sum(c for c, _ in outcomes)
+    return {
+        "pass@1": rate(correct, n * k),
+        "pass@k": rate(sum(pass_at_k(k, c, k) for c, _ in outcomes), n),
+        "maj@k": rate(sum(right for _, right in outcomes), n),
+        "pass@j": [sum(pass_at_k(k, c, j) for c, _ in outcomes) / n if n else 0.0
+                   for j in range(1, k + 1)],
+    }
+
+
+def discussion_report(answers: list[list[list[list[Answer]]]], k: int) -> dict[str, object]:
+    rounds = len(answers[0][0]) if answers else 0
+    all_answers = [a for task in answers for s in task for r in s for a in r]
+    return {
+        "tasks": len(answers), "k": k, "rounds": rounds,
+        "turn1": round_metrics(answers, 0, k) if rounds else {},
+        "last": round_metrics(answers, rounds - 1, k) if rounds else {},
+        "final_answer_rate": (sum(a.final is not None for a in all_answers) / len(all_answers)
+                              if all_answers else 0.0),
+    }

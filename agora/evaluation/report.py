@@ -1,0 +1,147 @@
+"""eval.json and eval.md: the same numbers, as data and as markdown tables.
+
+Only presentation lives here; every number was computed by the section modules. The markdown
+opens with the definitions of the metrics it shows (``definitions``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agora.evaluation.definitions import DEFINITIONS, INTERVALS
+
+
+def pct(value: object) -> str:
+    """A rate dict ``{rate, n, ci95}`` (or a bare share) as ``61.5% [55.0%, 67.6%]``."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        lo, hi = value["ci95"]
+        return f"{value['rate']:.1%} [{lo:.1%}, {hi:.1%}]"
+    return f"{float(value):.1%}"
+
+
+def mean(value: object, digits: int = 2) -> str:
+    """A mean dict ``{mean, n, ci95}`` as ``12.30 [11.10, 13.50]``."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict) and "rate" in value:
+        return pct(value)
+    if isinstance(value, dict):
+        text = f"{value['mean']:.{digits}f}"
+        if value["ci95"] is not None:
+            lo, hi = value["ci95"]
+            text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+        return text
+    return f"{float(value):.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + [""]
+
+
+def ratings_md(rows: list[dict]) -> list[str]:
+    return table(["rank", "player", "mu - 3 sigma", "mu", "sigma", "rated games", "score"], [
+        [str(i + 1), r["player"], f"{r['conservative']:.2f}", f"{r['mu']:.2f}",
+         f"{r['sigma']:.2f}", str(r["games"]), pct(r["score"])]
+        for i, r in enumerate(rows)])
+
+
+def round_robin_md(section: dict, evaluated: str) -> list[str]:
+    out = [f"## Games: {evaluated} against every player", ""]
+    rows = [r for r in section["head_to_head"] if r["player"] == evaluated]
+    out += table(["opponent", "games", "win", "draw", "loss", "forfeits", "legal moves"], [
+        [r["opponent"], str(r["games"]), pct(r["win"]), pct(r["draw"]), pct(r["loss"]),
+         str(r["forfeits"]), pct(r["legal_rate"])] for r in rows])
+    players = section["players"]
+    out += ["## Round robin: score of the row player against the column player", ""]
+    out += table(["", *players], [
+        [a, *("-" if a == b else pct(section["score_matrix"][a][b]) for b in players)]
+        for a in players])
+    out += ["## Ratings (TrueSkill, round robin)", ""] + ratings_md(section["ratings"])
+    return out
+
+
+def hanabi_md(section: dict) -> list[str]:
+    out = ["## Hanabi: mean team score by partner", ""]
+    out += table(["player", "partner", "games", "score (0-25)", "forfeit", "legal moves"], [
+        [r["player"], r["partner"], str(r["games"]), mean(r["score"]), pct(r["forfeit"]),
+         pct(r["legal_rate"])] for r in section["scores"]])
+    out += ["## Ratings (TrueSkill, duplicate deals)", ""] + ratings_md(section["ratings"])
+    return out
+
+
+def discussion_md(section: dict) -> list[str]:
+    k = section["k"]
+    out = [f"## Discussion: {section['tasks']} held-out tasks, k = {k} samples each", ""]
+    rows = []
+    for policy, result in section["policies"].items():
+        for turn, label in (("turn1", "turn 1"), ("last", "last turn")):
+            m = result[turn]
+            rows.append([f"{policy} ({result['label']})", label, pct(m["pass@1"]),
+                         pct(m["pass@k"]), pct(m["maj@k"])])
+    out += table(["policy", "round", "pass@1", f"pass@{k}", f"maj@{k}"], rows)
+    return out
+
+
+def context_md(section: dict) -> list[str]:
+    out = [f"## Episodes: {section['episodes']} seeds per policy", ""]
+    keys: list[str] = []
+    for result in section["policies"].values():
+        for metrics in result["agents"].values():
+            keys += [k for k in metrics if k not in keys]
+    rows = []
+    for policy, result in section["policies"].items():
+        for agent, metrics in result["agents"].items():
+            rows.append([f"{policy} ({result['labels'][agent]})", agent,
+                         *(mean(metrics.get(k)) if k != "legal_rate" else pct(metrics.get(k))
+                           for k in keys)])
+    out += table(["policy", "agent", *keys], rows)
+    pref = section.get("preference")
+    if pref:
+        out += ["## Judge preference: evaluated vs baseline", ""]
+        out += table(["a (evaluated)", "b (baseline)", "comparisons", "preference for a",
+                      "a wins / ties / b wins", "position-biased", "malformed"], [[
+                          pref["a"], pref["b"], str(pref["comparisons"]), pct(pref["preference"]),
+                          f"{pref['wins']} / {pref['ties']} / {pref['losses']}",
+                          str(pref["position_bias"]), str(pref["malformed"])]])
+    return out
+
+
+def render_markdown(report: dict) -> str:
+    target = report["target"]
+    lines = [f"# Evaluation: {target['source']}", "",
+             f"{target['kind']} of `{target['config_name']}` (env `{target['env']}`); "
+             f"{report['seconds']:.0f} s; {report['created']}.", "",
+             "### Metric definitions", "", INTERVALS, ""]
+    lines += [DEFINITIONS[key] + "\n" for key in report["defined"]]
+    for name, section in report["sections"].items():
+        if name == "games" and section["kind"] == "round_robin":
+            lines += round_robin_md(section, section["evaluated"])
+        elif name == "games":
+            lines += hanabi_md(section)
+        elif name == "discussion":
+            lines += discussion_md(section)
+        elif name == "episodes":
+            lines += context_md(section)
+    curves = report.get("training_curves")
+    lines += ["## Training curves", ""]
+    if curves and curves.get("path"):
+        lines += [f"![training curves]({Path(curves['path']).name})", "",
+                  f"{curves['updates']} updates from metrics.jsonl"
+                  + (f" ({curves['unreadable_lines']} unreadable lines skipped)"
+                     if curves["unreadable_lines"] else "") + ".", ""]
+    else:
+        lines += [f"Not drawn: {curves.get('skipped') if curves else 'no metrics.jsonl'}.", ""]
+    return "\n".join(lines)
+
+
+def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "eval.json", out_dir / "eval.md"
+    json_path.write_text(json.dumps(report, indent=2))
+    md_path.write_text(render_markdown(report))
+    return json_path, md_path

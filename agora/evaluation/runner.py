@@ -1,0 +1,215 @@
+"""``agora eval``: pick what to compare, start what it needs, run the env's part, write it up.
+
+Which part runs depends on the env (``environment.name``):
+
+| env | part | compared |
+|---|---|---|
+| tictactoe | round robin + TrueSkill (``games``) | K snapshots of the learner + every bot |
+| hanabi | scores by partner + duplicate TrueSkill (``games``) | K snapshots + every bot |
+| discussion | pass@k / maj@k at turn 1 and last turn (``discussion``) | latest vs baseline |
+| negotiation, story, code_debug | metrics, success, preference (``context_envs``) | same |
+
+"latest" is the newest version in a run folder (or the given checkpoint) and "baseline" its v0
+(or the base model for a checkpoint). Every run ends with training_curves.png when the run's
+metrics.jsonl exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agora.config import CONTEXT_PREFIX, GAME_BOTS
+from agora.evaluation import context_envs, discussion, games
+from agora.evaluation.context import EvalContext, open_http
+from agora.evaluation.curves import plot_training_curves
+from agora.evaluation.report import write_report
+from agora.evaluation.serving import JUDGED_ENVS, EvalServices, GivenUrls
+from agora.evaluation.target import EvalInputError, EvalTarget, Version, base_version
+from agora.tasks import TaskError, load_tasks
+
+SCORED_ENVS = tuple(context_envs.SUCCESS_METRIC) + ("negotiation", "story")
+
+
+@dataclass
+class EvalOptions:
+    games: int | None = None  # games per pairing / deals per partner / episodes per policy
+    k: int = 4  # discussion samples per task
+    snapshots: int = 4  # versions of the learner in a game's round robin
+    tasks: int | None = None  # held-out discussion tasks
+    seed: int = 0
+    output: Path | None = None
+    concurrency: int = 16
+    port_base: int | None = None  # ports of the servers it starts (None: any free ones)
+    given: GivenUrls = field(default_factory=GivenUrls)
+
+
+def spaced(versions: list[Version], count: int) -> list[Version]:
+    """``count`` versions evenly spaced over the list, first and last always included."""
+    if count >= len(versions):
+        return list(versions)
+    if count <= 1:
+        return [versions[-1]]
+    picks = sorted({round(i * (len(versions) - 1) / (count - 1)) for i in range(count)})
+    return [versions[i] for i in picks]
+
+
+def evaluated_agents(target: EvalTarget) -> list[str]:
+    """Games: the learner (one policy in every seat). Others: every LLM agent in a seat."""
+    cfg = target.cfg
+    if cfg.environment.name in GAME_BOTS:
+        learner = cfg.learner or cfg.environment.seats[0]
+        if learner not in target.versions:
+            raise EvalInputError(f"{target.source}: no adapter of '{learner}', the agent that "
+                                 f"plays {cfg.environment.name} (found {sorted(target.versions)})")
+        return [learner]
+    return list(dict.fromkeys(s for s in cfg.environment.seats
+                              if not s.startswith(CONTEXT_PREFIX)))
+
+
+def compared(target: EvalTarget, agent: str) -> tuple[Version, Version]:
+    """(evaluated, baseline) for ``agent``; an agent without adapters is its base model."""
+    if agent not in target.versions:
+        base = base_version(agent)
+        return base, base
+    return target.latest(agent), target.baseline(agent)
+
+
+async def _games(ctx: EvalContext, target: EvalTarget, served: dict[Version, str],
+                 options: EvalOptions, count: int) -> dict:
+    cfg = ctx.cfg
+    agent = evaluated_agents(target)[0]
+    snaps = (spaced(target.versions[agent], options.snapshots) if target.kind == "run"
+             else target.versions[agent])
+    players = [games.Contestant(v.label, agent=agent, served=served[v]) for v in snaps]
+    bots = list(GAME_BOTS[cfg.environment.name])
+    players += [games.Contestant(b, bot=b) for b in bots]
+    if cfg.environment.name == "hanabi":
+        partners = ["self", *bots]
+        deals = await games.play_hanabi(ctx, players, partners, count, options.seed)
+        section = games.hanabi_report(deals, players, partners)
+    else:
+        duels = await games.play_round_robin(ctx, players, count, options.seed)
+        section = games.tictactoe_report(duels, players)
+    section["evaluated"] = snaps[-1].label
+    section["games_per_pairing"] = count
+    return section
+
+
+async def _discussion(ctx: EvalContext, target: EvalTarget, served: dict[Version, str],
+                      options: EvalOptions) -> dict:
+    cfg = ctx.cfg
+    assert cfg.environment.task is not None
+    try:
+        tasks = load_tasks(cfg.environment.task, split="test",
+                           limit=options.tasks or cfg.eval.tasks)
+    except TaskError as err:
+        raise EvalInputError(f"environment.task: {err}") from None
+    if not tasks:
+        raise EvalInputError("environment.task: the test split is empty")
+    agents = evaluated_agents(target)
+    section: dict = {"tasks": len(tasks), "k": options.k, "policies": {}}
+    for policy, index in (("evaluated", 0), ("baseline", 1)):
+        versions = {a: compared(target, a)[index] for a in agents}
+        answers = await discussion.sample_discussions(
+            ctx, {a: served[v] for a, v in versions.items()}, tasks, options.k)
+        section["policies"][policy] = {
+            "label": ", ".join(v.label for v in versions.values()),
+            **discussion.discussion_report(answers, options.k)}
+    return section
+
+
+async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, str],
+                    options: EvalOptions, count: int) -> dict:
+    cfg = ctx.cfg
+    env = cfg.environment.name
+    agents = evaluated_agents(target)
+    learner = cfg.learner or agents[0]
+    clock = compared(target, learner)[0].number or 0
+    section: dict = {"episodes": count, "clock": clock, "policies": {}}
+    records = {}
+    for policy, index in (("evaluated", 0), ("baseline", 1)):
+        versions = {a: compared(target, a)[index] for a in agents}
+        records[policy] = await context_envs.play_scored(
+            ctx, {a: served[v] for a, v in versions.items()}, count, options.seed, clock)
+        section["policies"][policy] = {
+            "labels": {a: v.label for a, v in versions.items()},
+            "agents": {a: context_envs.agent_metrics(records[policy], a, env) for a in agents},
+        }
+    if env in JUDGED_ENVS:
+        pref = await context_envs.judge_preference(ctx, records["evaluated"], records["baseline"],
+                                                   learner)
+        pref["a"] = section["policies"]["evaluated"]["labels"][learner]
+        pref["b"] = section["policies"]["baseline"]["labels"][learner]
+        section["preference"] = pref
+    return section
+
+
+def run_evaluation(target: EvalTarget, options: EvalOptions,
+                   on_phase: Callable[[str], None] = lambda _m: None) -> tuple[dict, Path]:
+    """Evaluate ``target``; returns the report and the folder it was written to."""
+    started = time.monotonic()
+    cfg = target.cfg
+    env = cfg.environment.name
+    if env not in GAME_BOTS and env != "discussion" and env not in SCORED_ENVS:
+        raise EvalInputError(f"environment.name: no evaluation for '{env}' yet")
+    out_dir = Path(options.output) if options.output else target.default_output()
+    count = options.games or cfg.eval.games
+    agents = evaluated_agents(target)
+    if env in GAME_BOTS:
+        agent = agents[0]
+        pool = target.versions[agent]
+        needed = spaced(pool, options.snapshots) if target.kind == "run" else pool
+        defined = ["round_robin" if env == "tictactoe" else "duplicate", "ratings"]
+    else:
+        needed = list(dict.fromkeys(v for a in agents for v in compared(target, a)))
+        defined = (["discussion"] if env == "discussion"
+                   else ["context", *(["preference"] if env in JUDGED_ENVS else [])])
+    services = EvalServices.for_env(cfg, agents, options.given, out_dir / "logs",
+                                    options.port_base)
+    sections: dict[str, dict] = {}
+    with services:
+        eval_cfg = services.start(on_phase)
+        served = {}
+        for version in needed:
+            served[version] = services.load(version)
+        on_phase(f"evaluating {', '.join(v.label for v in needed)} on {env}")
+
+        async def main() -> None:
+            async with open_http(options.concurrency) as http:
+                ctx = EvalContext(eval_cfg, http, options.concurrency)
+                if env in GAME_BOTS:
+                    sections["games"] = await _games(ctx, target, served, options, count)
+                elif env == "discussion":
+                    sections["discussion"] = await _discussion(ctx, target, served, options)
+                else:
+                    sections["episodes"] = await _episodes(ctx, target, served, options, count)
+
+        asyncio.run(main())
+    report: dict = {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "target": {"kind": target.kind, "source": str(target.source),
+                   "run_dir": str(target.run_dir) if target.run_dir else None,
+                   "config_name": cfg.name, "env": env,
+                   "versions": {a: [v.label for v in vs] for a, vs in target.versions.items()}},
+        "options": {"games": count, "k": options.k, "snapshots": options.snapshots,
+                    "tasks": options.tasks or cfg.eval.tasks, "seed": options.seed},
+        "defined": [*defined, "curves"],
+        "services": {"started": services.history,
+                     "used": {k: v for k, v in vars(options.given).items() if v}},
+        "sections": sections,
+    }
+    metrics = target.run_dir / "metrics.jsonl" if target.run_dir else None
+    if metrics is not None and metrics.is_file():
+        report["training_curves"] = plot_training_curves(
+            metrics, out_dir / "training_curves.png", f"{cfg.name}: training curves")
+    else:
+        report["training_curves"] = {"path": None,
+                                     "skipped": "no metrics.jsonl in the run folder"}
+    report["seconds"] = round(time.monotonic() - started, 1)
+    write_report(report, out_dir)
+    return report, out_dir

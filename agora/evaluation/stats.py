@@ -1,0 +1,67 @@
+"""The statistics of ``agora eval``: intervals, pass@k, majority vote.
+
+Kept free of I/O so each formula is unit-tested on its own (tests/test_eval_cli.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Hashable, Sequence
+
+from agora.eval import wilson
+
+Z95 = statistics.NormalDist().inv_cdf(0.975)  # 1.959964...
+
+__all__ = ["Z95", "mean_interval", "majority_vote", "pass_at_k", "rate", "wilson"]
+
+
+def rate(successes: float, n: int) -> dict[str, object]:
+    """A proportion with its 95% Wilson score interval, as eval.json stores it. ``successes``
+    may be fractional (a judge's 0.5 for a tie): the interval then treats the mean as the
+    observed proportion of ``n`` trials."""
+    p = successes / n if n else 0.0
+    return {"rate": p, "n": n, "ci95": list(wilson(successes, n))}  # type: ignore[arg-type]
+
+
+def mean_interval(values: Sequence[float], low: float | None = None,
+                  high: float | None = None) -> dict[str, object]:
+    """Mean with a 95% normal-approximation interval (mean +- 1.96 x sample sd / sqrt(n)),
+    clipped to the metric's range [low, high] when it has one (a share cannot go below 0).
+    No interval (None) under two values: one value says nothing about the spread."""
+    n = len(values)
+    if n == 0:
+        return {"mean": 0.0, "n": 0, "ci95": None}
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"mean": mean, "n": n, "ci95": None}
+    half = Z95 * statistics.stdev(values) / math.sqrt(n)
+    lo = mean - half if low is None else max(low, mean - half)
+    hi = mean + half if high is None else min(high, mean + half)
+    return {"mean": mean, "n": n, "ci95": [lo, hi]}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Chance that at least one of ``k`` samples drawn without replacement from ``n`` samples,
+    ``c`` of them correct, is correct: the unbiased estimator of Chen et al. 2021 (Codex),
+    ``1 - C(n-c, k) / C(n, k)``. With ``k = n`` it is 1 if any sample is correct, else 0."""
+    if not 0 <= c <= n:
+        raise ValueError(f"pass@k: need 0 <= c <= n, got c={c}, n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k: need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    # The product form avoids huge binomials: prod_{i=n-c+1}^{n} (1 - k / i).
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def majority_vote(answers: Sequence[Hashable | None]) -> Hashable | None:
+    """The most common answer, ignoring None (no parsable answer). A tie goes to the answer
+    that appeared first, so the vote is deterministic; None if no sample gave an answer."""
+    given = [a for a in answers if a is not None]
+    if not given:
+        return None
+    counts = Counter(given)
+    top = max(counts.values())
+    return next(a for a in given if counts[a] == top)

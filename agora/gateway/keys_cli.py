@@ -1,0 +1,94 @@
+"""``agora keys ...``: the gateway's API keys (stored hashed in Redis, see ``agora.gateway.keys``).
+
+    agora keys create alice --rate 60     # prints the key once; 60 requests per minute
+    agora keys list
+    agora keys revoke alice
+
+The Redis is the gateway's: ``--redis-url``, else ``AGORA_REDIS_URL`` / ``REDIS_URL``, else the
+embedded stack's default (``redis://127.0.0.1:6390/0``). If the gateway has a
+``AGORA_GATEWAY_KEY_PEPPER``, the CLI needs the same one in its environment.
+"""
+
+from __future__ import annotations
+
+import os
+
+import redis
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from agora.gateway.keys import KeyStore, KeyStoreError
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
+PEPPER_ENV = "AGORA_GATEWAY_KEY_PEPPER"
+
+keys_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                       help="API keys of the gateway: create, list, revoke.")
+console = Console()
+RedisUrl = typer.Option(None, "--redis-url", help="the gateway's Redis (default: "
+                        "AGORA_REDIS_URL, REDIS_URL, or the embedded stack's)")
+
+
+def _store(redis_url: str | None) -> KeyStore:
+    url = (redis_url or os.environ.get("AGORA_REDIS_URL") or os.environ.get("REDIS_URL")
+           or DEFAULT_REDIS_URL)
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
+    try:
+        client.ping()
+    except (redis.RedisError, ValueError) as err:
+        console.print(f"[bold red]error[/]: cannot reach Redis at {escape(url)}: "
+                      f"{escape(str(err))} (is the stack up? or pass --redis-url)")
+        raise typer.Exit(2) from None
+    return KeyStore(client, os.environ.get(PEPPER_ENV, ""))
+
+
+def _fail(err: Exception) -> typer.Exit:
+    console.print(f"[bold red]error[/]: {escape(str(err))}", soft_wrap=True)
+    return typer.Exit(2)
+
+
+@keys_app.command("create")
+def create(
+    name: str = typer.Argument(..., help="who the key is for (shown in metrics and listings)"),
+    rate: int = typer.Option(None, "--rate", help="requests per minute (default: the "
+                             "gateway's AGORA_GATEWAY_DEFAULT_RATE, else unlimited)"),
+    redis_url: str = RedisUrl,
+) -> None:
+    """Create a key and print it (only now: it is stored hashed). Once any key exists, the
+    gateway requires one on every route except /health and /metrics."""
+    try:
+        key = _store(redis_url).create(name, rate)
+    except KeyStoreError as err:
+        raise _fail(err) from None
+    # Plain print: the key alone on stdout so scripts can capture it (KEY=$(agora keys create x)).
+    print(key)
+    limit = f"{rate} requests/minute" if rate else "the gateway's default rate"
+    Console(stderr=True).print(f"[green]created[/] key '{escape(name)}' ({limit}); store it "
+                               "now, it is shown only once")
+
+
+@keys_app.command("revoke")
+def revoke(name: str = typer.Argument(...), redis_url: str = RedisUrl) -> None:
+    """Revoke a key at once (the next request with it is refused)."""
+    try:
+        _store(redis_url).revoke(name)
+    except KeyStoreError as err:
+        raise _fail(err) from None
+    console.print(f"[green]revoked[/] key '{escape(name)}'")
+
+
+@keys_app.command("list")
+def list_keys(redis_url: str = RedisUrl) -> None:
+    """Key names, rates and creation times (never the keys themselves)."""
+    keys = _store(redis_url).list()
+    if not keys:
+        console.print("no keys: the gateway is open (unless AGORA_GATEWAY_REQUIRE_KEYS=1)")
+        return
+    table = Table(title="gateway API keys")
+    for column in ("name", "key starts", "rate / min", "created"):
+        table.add_column(column)
+    for key in keys:
+        table.add_row(key.name, key.hint + "...", str(key.rate or "default"), key.created)
+    console.print(table)

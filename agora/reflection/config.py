@@ -1,0 +1,155 @@
+"""The reflection pipeline's config: one YAML file, validated by pydantic.
+
+It is its own model rather than a ``RunConfig``: a reflection run has no environment, workers,
+reward service or PPO, but it has an oracle, two adapters (actor, critic) and two offline
+training stages. The policy server section *is* the run config's ``BaseModelConfig``, so vLLM
+is started exactly as everywhere else. Unknown keys fail (``sft.learning_rte``), and every
+error names its dotted field, like ``agora up``'s config errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agora.config import (
+    BaseModelConfig,
+    ConfigError,
+    SamplingConfig,
+    _format_errors,
+    read_config_yaml,
+)
+from agora.tasks.specs import TaskSpec
+
+ROLES = ("actor", "critic")
+STAGES = ("base", "sft", "dpo")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _sampling(temperature: float, max_tokens: int) -> SamplingConfig:
+    # No stop strings: answers end at the chat template's end-of-turn token.
+    return SamplingConfig(temperature=temperature, max_tokens=max_tokens, stop=[])
+
+
+class RoleConfig(_Strict):
+    """One agent (actor or critic): its LoRA adapter and how it samples."""
+
+    lora_rank: int = Field(8, ge=1, le=256)
+    lora_alpha: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
+    )
+    lora_layers: list[int] | None = None
+    sampling: SamplingConfig = Field(default_factory=lambda: _sampling(0.7, 128))
+
+
+class OracleConfig(_Strict):
+    """The stronger model that writes critiques and refinements of the actor's answers.
+
+    Any OpenAI-compatible chat endpoint (``base_url`` ends in ``/v1``); left empty, the policy
+    server's own base model answers, with the longer budget and more samples set here.
+    """
+
+    base_url: str | None = Field(None, description="e.g. http://host:8000/v1; None = policy")
+    model: str = Field("base", description="the model name to ask the endpoint for")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key (never the key)"
+    )
+    samples: int = Field(4, ge=1, le=32, description="critiques (each + refinement) per answer")
+    temperature: float = Field(0.8, ge=0.0, le=5.0)
+    max_tokens: int = Field(256, ge=1, le=8192)
+    show_reference: bool = Field(
+        False, description="tell the oracle the ground truth (feedback as in Oracle-RISE)"
+    )
+    timeout_s: float = Field(600.0, gt=0.0)
+
+
+class TrainStageConfig(_Strict):
+    """TRL trainer knobs shared by SFT and DPO (each role trains its own adapter)."""
+
+    learning_rate: float = Field(2e-4, gt=0.0, lt=1.0)
+    epochs: float = Field(1.0, gt=0.0, le=100.0)
+    batch_size: int = Field(4, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="stop early; None = epochs decide")
+    max_length: int = Field(768, ge=32, description="tokens per example (prompt + completion)")
+    threads: int | None = Field(None, ge=1, description="torch threads; None = torch's default")
+    bf16: bool | None = Field(None, description="None = only where the CPU has native bf16")
+    logging_steps: int = Field(5, ge=1)
+
+
+class DPOStageConfig(TrainStageConfig):
+    learning_rate: float = Field(5e-5, gt=0.0, lt=1.0)
+    beta: float = Field(0.1, gt=0.0, le=10.0, description="DPO's pull towards the SFT adapter")
+
+
+class EvalStageConfig(_Strict):
+    tasks: int = Field(40, ge=1, description="held-out (test split) problems")
+    turns: int = Field(5, ge=1, le=20, description="actor answers per problem (1 + refinements)")
+    stop_on_approval: bool = Field(
+        False, description="stop refining once the critic says 'Verdict: correct' (the approved "
+        "answer then stands for the remaining turns)"
+    )
+    concurrency: int = Field(16, ge=1, le=512, description="problems in flight (vLLM batches)")
+
+
+class ReflectionConfig(_Strict):
+    name: str = Field("reflection", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
+    seed: int = 0
+    output_dir: str = Field("runs", description="the run folder is <output_dir>/<name>")
+    policy: BaseModelConfig
+    policy_url: str | None = Field(
+        None, description="a running vLLM server of policy.model (http://host:port); None = "
+        "each command starts one on policy.port and stops it when done"
+    )
+    task: TaskSpec
+    train_tasks: int = Field(64, ge=1, description="training problems the actor answers")
+    actor_samples: int = Field(2, ge=1, le=32, description="first answers per training problem")
+    max_shown_chars: int = Field(
+        600, ge=50, description="an answer or feedback shown in a prompt keeps its last N chars"
+    )
+    actor: RoleConfig = Field(default_factory=RoleConfig)
+    critic: RoleConfig = Field(default_factory=RoleConfig)
+    oracle: OracleConfig = Field(default_factory=OracleConfig)
+    sft: TrainStageConfig = Field(default_factory=TrainStageConfig)
+    dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
+    eval: EvalStageConfig = Field(default_factory=EvalStageConfig)
+
+    @model_validator(mode="after")
+    def _fits_the_server(self) -> ReflectionConfig:
+        for role in ROLES:
+            rank = self.role(role).lora_rank
+            if rank > self.policy.max_lora_rank:
+                raise ValueError(f"{role}.lora_rank: {rank} exceeds policy.max_lora_rank="
+                                 f"{self.policy.max_lora_rank} (vLLM could not load the adapter)")
+        if self.task.source != "reasoning_gym" and self.task.format != "gsm8k":
+            raise ValueError(f"task.format: reflection is on math problems ('gsm8k'), "
+                             f"not '{self.task.format}'")
+        return self
+
+    def role(self, name: str) -> RoleConfig:
+        return self.actor if name == "actor" else self.critic
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+
+def parse_reflection_config(data: object, source: str = "<config>") -> ReflectionConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, "
+                          f"got {type(data).__name__}")
+    try:
+        return ReflectionConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source} is not a valid reflection config:\n"
+                          f"{_format_errors(err)}") from None
+
+
+def load_reflection_config(path: str | Path) -> ReflectionConfig:
+    return parse_reflection_config(read_config_yaml(path), str(path))

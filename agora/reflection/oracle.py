@@ -1,0 +1,102 @@
+"""Stage (a): oracle data. The actor answers; a stronger model critiques and refines.
+
+For each training problem the actor (the base policy, no adapter) writes ``actor_samples``
+first answers. For each answer the oracle writes ``oracle.samples`` critiques (one request with
+``n`` samples) and, after each critique, a refinement in the actor's role (the same prompt the
+actor sees when it refines). Every answer is checked against the ground truth here, once, so the
+later stages (SFT data, preference pairs) need no model at all.
+
+The oracle sees the same prompts as the critic and actor will, plus the ground truth when
+``oracle.show_reference`` is on; the saved data always pairs the oracle's text with the plain
+prompt, so the adapters learn to act without the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+
+from agora.models import resolve_model
+from agora.policy_client import PolicyClient, load_tokenizer
+from agora.reflection.clients import ChatClient, check, generate, oracle_api_key
+from agora.reflection.config import ReflectionConfig
+from agora.reflection.prompts import (
+    actor_messages,
+    critic_messages,
+    parse_verdict,
+    refine_messages,
+    with_reference,
+)
+from agora.reflection.records import Critique, OracleRow, write_rows
+from agora.serving.vllm_server import SERVED_BASE_NAME
+from agora.tasks import Task, load_tasks
+
+ORACLE_FILE = "oracle.jsonl"
+
+
+async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
+                       log: Callable[[str], None]) -> list[OracleRow]:
+    limits = httpx.Limits(max_connections=cfg.eval.concurrency * 2)
+    async with httpx.AsyncClient(timeout=cfg.oracle.timeout_s, limits=limits) as http:
+        tokenizer = load_tokenizer(resolve_model(cfg.policy.model))
+        actor = PolicyClient(url, SERVED_BASE_NAME, tokenizer, cfg.actor.sampling, http=http)
+        oracle = ChatClient(cfg.oracle.base_url or f"{url}/v1", cfg.oracle.model, http,
+                            api_key=oracle_api_key(cfg.oracle.api_key_env))
+        gate = asyncio.Semaphore(cfg.eval.concurrency)
+        done = 0
+
+        async def one(task: Task, sample: int) -> OracleRow:
+            nonlocal done
+            reference = task.answer if cfg.oracle.show_reference else None
+            async with gate:
+                initial = await generate(actor, actor_messages(task.question))
+                first = await check(initial, task)
+                prompt = critic_messages(task.question, initial, cfg.max_shown_chars)
+                feedbacks = await oracle.sample(with_reference(prompt, reference),
+                                                cfg.oracle.samples, cfg.oracle.temperature,
+                                                cfg.oracle.max_tokens)
+                refinements = await asyncio.gather(*(
+                    oracle.sample(with_reference(refine_messages(
+                        task.question, initial, feedback, cfg.max_shown_chars), reference),
+                        1, cfg.oracle.temperature, cfg.oracle.max_tokens)
+                    for feedback in feedbacks))
+            critiques = []
+            for feedback, (refined,) in zip(feedbacks, refinements, strict=True):
+                checked = await check(refined, task)
+                critiques.append(Critique(feedback=feedback, verdict=parse_verdict(feedback),
+                                          refined=refined, refined_extracted=checked.extracted,
+                                          refined_correct=checked.correct))
+            done += 1
+            if done % 10 == 0:
+                log(f"  oracle: {done}/{len(tasks) * cfg.actor_samples} answers critiqued")
+            return OracleRow(task=task, sample=sample, initial=initial,
+                             initial_extracted=first.extracted, initial_correct=first.correct,
+                             critiques=critiques, oracle_model=oracle.model)
+
+        jobs = [one(task, s) for task in tasks for s in range(cfg.actor_samples)]
+        return list(await asyncio.gather(*jobs))
+
+
+def collect_oracle_data(cfg: ReflectionConfig, url: str,
+                        log: Callable[[str], None] = print) -> dict[str, float]:
+    """Write ``<run>/oracle.jsonl``; returns counts and accuracies for the report."""
+    tasks = load_tasks(cfg.task, split="train", limit=cfg.train_tasks)
+    if not tasks:
+        raise ValueError("task: the training split is empty")
+    log(f"oracle: {len(tasks)} problems x {cfg.actor_samples} first answers x "
+        f"{cfg.oracle.samples} critiques ({cfg.oracle.model} at "
+        f"{cfg.oracle.base_url or 'the policy server'})")
+    rows = asyncio.run(_oracle_rows(cfg, url, tasks, log))
+    write_rows(cfg.run_dir / ORACLE_FILE, rows)
+    critiques = [c for row in rows for c in row.critiques]
+    return {
+        "problems": len(tasks),
+        "answers": len(rows),
+        "initial_accuracy": sum(r.initial_correct for r in rows) / len(rows),
+        "critiques": len(critiques),
+        "refined_accuracy": sum(c.refined_correct for c in critiques) / len(critiques),
+        "verdict_accuracy": sum(r.verdict_right(c) for r in rows for c in r.critiques)
+        / len(critiques),
+    }

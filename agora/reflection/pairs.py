@@ -1,0 +1,132 @@
+"""Stage (c): preference pairs from the oracle data, with no extra inference.
+
+Every text was already checked against the ground truth (``oracle.jsonl``), so a pair is a
+comparison of recorded texts. The value of each action follows the paper's estimates (DPSDP's
+Q-values): a first answer or a refinement is worth its own correctness; a critique is worth the
+correctness of the refinement written after it.
+
+- actor, first turn (prompt: the question): chosen a right first answer, rejected a wrong
+  first answer of the same problem (each wrong one once, the right ones in turn). A problem
+  with no right first answer: chosen the oracle's first right refinement instead.
+- actor, refinement (prompt: question + first answer + feedback): first answer wrong and
+  refinement right -> chosen the refinement, rejected the first answer unchanged; first answer
+  right and refinement wrong -> chosen the first answer kept, rejected the refinement; both
+  right or both wrong -> no pair.
+- critic (prompt: question + first answer): chosen a critique whose refinement is right,
+  rejected one of the same answer whose refinement is wrong; between critiques with the same
+  refinement outcome, one whose verdict matches the ground truth beats one whose does not.
+
+Critiques of one first answer are ranked by (refinement right, verdict right); the best-ranked
+ones are paired with the worst-ranked ones (one pair each, in order) when the ranks differ.
+Pairs whose chosen and rejected texts are identical are dropped. The actor trains on its two
+kinds together (the paper's D0 and D2), the critic on its own (D1).
+"""
+
+from __future__ import annotations
+
+from agora.reflection.config import ROLES, ReflectionConfig
+from agora.reflection.oracle import ORACLE_FILE
+from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
+from agora.reflection.records import OracleRow, PreferencePair, read_rows, write_rows
+
+
+def _say(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text.strip()}]
+
+
+def _pair(role: str, kind: str, rule: str, row: OracleRow, prompt: list, chosen: str,
+          rejected: str) -> PreferencePair | None:
+    if chosen.strip() == rejected.strip() or not chosen.strip() or not rejected.strip():
+        return None
+    return PreferencePair(role=role, kind=kind, rule=rule, task_id=row.task.task_id,
+                          prompt=prompt, chosen=_say(chosen), rejected=_say(rejected))
+
+
+def first_turn_pairs(task_rows: list[OracleRow]) -> list[PreferencePair]:
+    """The actor's first answers of one problem (all rows share the task)."""
+    question = task_rows[0].task.question
+    right = [r for r in task_rows if r.initial_correct]
+    wrong = [r for r in task_rows if not r.initial_correct]
+    out = []
+    if right:
+        for i, bad in enumerate(wrong):
+            good = right[i % len(right)]
+            out.append(_pair("actor", "first_turn", "right first > wrong first", bad,
+                             actor_messages(question), good.initial, bad.initial))
+    else:
+        borrowed = next((c.refined for r in task_rows for c in r.critiques
+                         if c.refined_correct), None)
+        if borrowed is not None:
+            for bad in wrong:
+                out.append(_pair("actor", "first_turn", "right refinement > wrong first", bad,
+                                 actor_messages(question), borrowed, bad.initial))
+    return [p for p in out if p is not None]
+
+
+def refine_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
+    """The actor's refinement turn: a refinement vs keeping the first answer unchanged."""
+    out = []
+    question = row.task.question
+    for c in row.critiques:
+        prompt = refine_messages(question, row.initial, c.feedback, max_chars)
+        if not row.initial_correct and c.refined_correct:
+            out.append(_pair("actor", "refine", "right refinement > wrong answer kept", row,
+                             prompt, c.refined, row.initial))
+        elif row.initial_correct and not c.refined_correct:
+            out.append(_pair("actor", "refine", "right answer kept > wrong refinement", row,
+                             prompt, row.initial, c.refined))
+    return [p for p in out if p is not None]
+
+
+def critique_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
+    """The critic's turn: critiques of the same answer, ranked by what they led to."""
+    if len(row.critiques) < 2:
+        return []
+
+    def rank(c) -> tuple[bool, bool]:  # noqa: ANN001
+        return (c.refined_correct, row.verdict_right(c))
+
+    ranks = [rank(c) for c in row.critiques]
+    best, worst = max(ranks), min(ranks)
+    if best == worst:
+        return []
+    top = [c for c, r in zip(row.critiques, ranks, strict=True) if r == best]
+    bottom = [c for c, r in zip(row.critiques, ranks, strict=True) if r == worst]
+    prompt = critic_messages(row.task.question, row.initial, max_chars)
+    rule = ("critique -> right refinement > critique -> wrong refinement" if best[0] != worst[0]
+            else "right verdict > wrong verdict (same refinement outcome)")
+    out = [_pair("critic", "critique", rule, row, prompt, good.feedback, bad.feedback)
+           for good, bad in zip(top, bottom, strict=False)]
+    return [p for p in out if p is not None]
+
+
+def build_pairs(rows: list[OracleRow], max_chars: int) -> dict[str, list[PreferencePair]]:
+    """All pairs of each role, by the rules in the module docstring."""
+    by_task: dict[str, list[OracleRow]] = {}
+    for row in rows:
+        by_task.setdefault(row.task.task_id, []).append(row)
+    out: dict[str, list[PreferencePair]] = {role: [] for role in ROLES}
+    for task_rows in by_task.values():
+        out["actor"] += first_turn_pairs(task_rows)
+        for row in task_rows:
+            out["actor"] += refine_pairs(row, max_chars)
+            out["critic"] += critique_pairs(row, max_chars)
+    return out
+
+
+def pairs_path(cfg: ReflectionConfig, role: str):  # -> Path
+    return cfg.run_dir / "pairs" / f"{role}.jsonl"
+
+
+def write_pairs(cfg: ReflectionConfig) -> dict[str, dict[str, int]]:
+    """``<run>/pairs/{actor,critic}.jsonl``; returns the count of pairs per role and rule."""
+    rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
+    pairs = build_pairs(rows, cfg.max_shown_chars)
+    counts = {}
+    for role in ROLES:
+        write_rows(pairs_path(cfg, role), pairs[role])
+        by_rule: dict[str, int] = {}
+        for p in pairs[role]:
+            by_rule[p.rule] = by_rule.get(p.rule, 0) + 1
+        counts[role] = by_rule
+    return counts

@@ -1,0 +1,125 @@
+"""Stage (b): SFT of the actor and the critic adapters (TRL's SFTTrainer, PEFT LoRA).
+
+Which oracle texts are trained on (``sft_examples``), so that the ground truth vouches for all
+of them:
+
+- actor, first turn: ``actor prompt -> a right first answer``. A problem with no right first
+  answer borrows the oracle's first right refinement instead (STaR's rationalisation), so the
+  actor also learns the problems it could not solve alone.
+- actor, refinement: ``refine prompt (question, first answer, feedback) -> the refinement``
+  whenever the refinement is right.
+- critic: ``critic prompt (question, first answer) -> the feedback`` whenever the refinement
+  written after that feedback is right (the paper's value of a critique) and the feedback's
+  verdict does not contradict the ground truth (a missing verdict is allowed).
+
+Identical (prompt, completion) examples are kept once. Each role trains its own fresh LoRA
+adapter on the base model, saved to ``<run>/sft/<role>/``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from agora.models import resolve_model
+from agora.reflection.config import ROLES, ReflectionConfig
+from agora.reflection.oracle import ORACLE_FILE
+from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
+from agora.reflection.records import DataError, OracleRow, SFTExample, read_rows, write_rows
+from agora.reflection.training import (
+    load_base,
+    log_callback,
+    lora_config,
+    save_adapter,
+    scratch_dir,
+    torch_threads,
+    trainer_args,
+)
+
+
+def _assistant(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text.strip()}]
+
+
+def sft_examples(rows: list[OracleRow], max_chars: int) -> dict[str, list[SFTExample]]:
+    """The SFT examples of each role, by the rules in the module docstring."""
+    out: dict[str, list[SFTExample]] = {role: [] for role in ROLES}
+    seen: set[tuple[str, str, str]] = set()
+
+    def add(role: str, kind: str, row: OracleRow, prompt: list, text: str) -> None:
+        key = (role, repr(prompt), text.strip())
+        if text.strip() and key not in seen:
+            seen.add(key)
+            out[role].append(SFTExample(role=role, kind=kind, task_id=row.task.task_id,
+                                        prompt=prompt, completion=_assistant(text)))
+
+    by_task: dict[str, list[OracleRow]] = {}
+    for row in rows:
+        by_task.setdefault(row.task.task_id, []).append(row)
+    for task_rows in by_task.values():
+        question = task_rows[0].task.question
+        right_first = [r for r in task_rows if r.initial_correct]
+        for row in right_first:
+            add("actor", "first_turn", row, actor_messages(question), row.initial)
+        if not right_first:
+            borrowed = next(((r, c) for r in task_rows for c in r.critiques
+                             if c.refined_correct), None)
+            if borrowed:
+                add("actor", "first_turn", borrowed[0], actor_messages(question),
+                    borrowed[1].refined)
+        for row in task_rows:
+            for c in row.critiques:
+                if not c.refined_correct:
+                    continue
+                add("actor", "refine", row,
+                    refine_messages(question, row.initial, c.feedback, max_chars), c.refined)
+                if c.verdict is None or row.verdict_right(c):
+                    add("critic", "critique", row,
+                        critic_messages(question, row.initial, max_chars), c.feedback)
+    return out
+
+
+def train_sft(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict[str, dict]:
+    """SFT both adapters; returns per role: examples, steps, seconds, last loss."""
+    rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
+    examples = sft_examples(rows, cfg.max_shown_chars)
+    for role in ROLES:
+        if not examples[role]:
+            raise DataError(f"{cfg.run_dir / ORACLE_FILE}: no SFT example for the {role} (no "
+                            "right answer or refinement among the oracle's); raise "
+                            "oracle.samples, turn on oracle.show_reference or use a stronger "
+                            "oracle")
+    report = {}
+    for role in ROLES:
+        write_rows(cfg.run_dir / "sft" / f"{role}_data.jsonl", examples[role])
+        report[role] = _train_role(cfg, role, examples[role], log)
+    return report
+
+
+def _train_role(cfg: ReflectionConfig, role: str, examples: list[SFTExample],
+                log: Callable[[str], None]) -> dict:
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    kinds = {k: sum(e.kind == k for e in examples) for k in dict.fromkeys(e.kind for e in examples)}
+    log(f"sft {role}: {len(examples)} examples {kinds}")
+    model, tokenizer = load_base(resolve_model(cfg.policy.model))
+    data = Dataset.from_list([{"prompt": e.prompt, "completion": e.completion} for e in examples])
+    history: list[dict] = []
+    started = time.monotonic()
+    with scratch_dir() as scratch, torch_threads(cfg.sft.threads):
+        args = SFTConfig(**trainer_args(cfg.sft, scratch, cfg.seed), completion_only_loss=True)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=data,
+                             processing_class=tokenizer, peft_config=lora_config(cfg.role(role)),
+                             callbacks=[log_callback(log, history, f"sft {role}")])
+        trainer.remove_callback(PrinterCallback)
+        result = trainer.train()
+    seconds = time.monotonic() - started
+    losses = [h["loss"] for h in history if "loss" in h]
+    summary = {"examples": len(examples), "kinds": kinds, "steps": result.global_step,
+               "seconds": round(seconds, 1),
+               "final_loss": losses[-1] if losses else result.training_loss}
+    save_adapter(trainer.model, cfg.run_dir / "sft" / role,
+                 {"stage": "sft", "role": role, "base_model": cfg.policy.model, **summary})
+    return summary

