@@ -44,7 +44,8 @@ from results import RESULTS, ROOT, append_section, markdown_table
 from agora.config import parse_config
 from agora.gateway.keys import KeyStore
 from agora.gateway.keys_cli import PEPPER_ENV
-from agora.launcher import make_stack
+from agora.launcher import LaunchError, make_stack
+from agora.procs import ServiceFailed
 
 AGENT = "player"
 MAX_TOKENS = 16
@@ -284,7 +285,9 @@ def bench_config(model: str, port_base: int):
         "workers": {"count": 1, "concurrency": 1, "metrics_port": None},
         "services": {"redis_port": port_base, "reward_port": port_base + 1,
                      "gateway_port": port_base + 2, "trainer_metrics_port": port_base + 3,
-                     "judge_port": port_base + 4},
+                     "judge_port": port_base + 4,
+                     # vLLM can take over the default 300 s to start on a busy shared machine
+                     "health_timeout_s": 900},
     })
 
 
@@ -433,7 +436,12 @@ def main() -> int:
     cfg = bench_config(args.model, args.port_base)
     stack = make_stack(cfg, "bench-gateway", False, runs_root=Path(tempfile.mkdtemp()))
     try:
-        stack.start(with_trainer=False)
+        try:
+            stack.start(with_trainer=False)
+        except (LaunchError, ServiceFailed) as err:
+            # A busy machine can keep vLLM from getting healthy in time: say so, no traceback.
+            print(f"the stack did not start: {err}", file=sys.stderr)
+            return 2
         load_agent_adapter(stack, cfg, args.model)
         key = create_key(stack.redis_url, args.rate or None)
         host = cfg.services.host
