@@ -1,9 +1,12 @@
 """Gateway load: C concurrent chat clients for D seconds through the gateway (with an API key, so
-auth and the per-key rate limiter run on every request) and for D seconds against vLLM called
-directly, in one run, in the order direct D/2, gateway D, direct D/2: the gateway holds the load
-for D seconds in one go, and a machine whose background load drifts during the run (other
-people's jobs on shared cores) weighs on both paths alike; then the gateway's added latency at
-low load (1 client, N sequential requests, alternating direct / gateway for the same reason).
+auth and the per-key rate limiter run on every request) and against vLLM called directly, in one
+run, in the order direct D, gateway D, direct D. Why three phases: a machine whose background
+load drifts during the run (other people's jobs on shared cores) then weighs on both paths
+alike; and why whole phases, not halves: each phase has one ramp-up and one drain (the requests
+in flight at its deadline), which at tens of seconds per request under load is a large part of
+a phase, so both paths must have the same number of each. The two direct phases' throughputs
+are printed too, as a measure of the drift. Then the gateway's added latency at low load
+(1 client, N sequential requests, alternating direct / gateway for the same reason).
 
     .venv/bin/python bench/gateway_load.py [--model smollm2-135m] [--clients 64] [--seconds 60]
 
@@ -391,17 +394,21 @@ def cpu_header(result: LoadResult) -> list[str]:
     return ["path", *(f"{name} CPU ms/req" for name in result.cpu_s), "total"]
 
 
-def append_results(args, where: str, loaded: tuple[LoadResult, LoadResult],
-                   low: LowLoad) -> None:
+def drift(first: LoadResult, second: LoadResult) -> str:
+    return (f"Drift: direct {first.throughput:.2f} req/s in the first phase, "
+            f"{second.throughput:.2f} in the last.")
+
+
+def append_results(args, where: str, directs: list[LoadResult],
+                   loaded: tuple[LoadResult, LoadResult], low: LowLoad) -> None:
     """One section per run (bench/results.py)."""
     note = f"{args.note}\n\n" if args.note else ""
     section = (
         f"{note}"
         f"Machine: {where}. Model `{args.model}`. {args.clients} clients x {args.seconds:g} s "
-        f"per path (direct {args.seconds / 2:g} s, gateway {args.seconds:g} s, direct "
-        f"{args.seconds / 2:g} s), aiohttp client, max_tokens {MAX_TOKENS}, temperature 0, "
-        f"API key with rate "
-        f"{args.rate or 'unlimited'}/min.\n\n"
+        f"per phase (direct, gateway, direct), aiohttp client, max_tokens {MAX_TOKENS}, "
+        f"temperature 0, API key with rate {args.rate or 'unlimited'}/min. "
+        f"{drift(*directs)}\n\n"
         f"{markdown_table(LOAD_HEADER, load_rows(*loaded))}\n\n"
         f"CPU per request under load (process trees; what the gateway costs on shared cores):\n\n"
         f"{markdown_table(cpu_header(loaded[0]), cpu_rows(*loaded))}\n\n"
@@ -452,26 +459,25 @@ def main() -> int:
         check_auth_is_on(gateway)
         meter = CpuMeter(measured_processes(stack))
         asyncio.run(warm_up([direct, gateway], args.clients))
-        half = (args.clients, args.seconds / 2, max(1, args.max_requests // 2))
-        before = meter.measure(hold_load, direct, *half)
-        through = meter.measure(hold_load, gateway, args.clients, args.seconds,
-                                args.max_requests)
-        after = meter.measure(hold_load, direct, *half)
-        loaded = (combine(before, after), through)
+        phase = (args.clients, args.seconds, args.max_requests)
+        directs = [meter.measure(hold_load, direct, *phase)]
+        through = meter.measure(hold_load, gateway, *phase)
+        directs.append(meter.measure(hold_load, direct, *phase))
+        loaded = (combine(*directs), through)
         low = asyncio.run(low_load(direct, gateway, args.sequential))
     finally:
         stack.stop()
 
     where = machine(load_at_start)
-    print(f"model {args.model}, {args.clients} clients x {args.seconds:g} s per path (direct "
-          f"{args.seconds / 2:g} s, gateway {args.seconds:g} s, direct {args.seconds / 2:g} s), "
-          f"max_tokens {MAX_TOKENS}, machine: {where}")
+    print(f"model {args.model}, {args.clients} clients x {args.seconds:g} s per phase (direct, "
+          f"gateway, direct), max_tokens {MAX_TOKENS}, machine: {where}")
+    print(drift(*directs))
     print(text_table(LOAD_HEADER, load_rows(*loaded)))
     print("\nCPU per request under load (process trees)")
     print(text_table(cpu_header(loaded[0]), cpu_rows(*loaded)))
     print(f"\nlow load: 1 client, {args.sequential} sequential requests per path")
     print(text_table(LOW_HEADER, low_rows(low)))
-    append_results(args, where, loaded, low)
+    append_results(args, where, directs, loaded, low)
     print(f"\nappended to {RESULTS.relative_to(ROOT)}")
 
     failed = [r for r in (*loaded, low.direct, low.gateway) if r.errors]

@@ -32,7 +32,7 @@ def tiny_config(**overrides) -> RunConfig:
         "services": {"redis_port": free_port(), "reward_port": free_port(),
                      "gateway_port": free_port(), "trainer_metrics_port": free_port(),
                      "judge_port": free_port(),
-                     "health_timeout_s": 400},
+                     "health_timeout_s": 700},  # vLLM: ~60 s alone, >400 s on a busy 2-core box
     }
     for section, values in overrides.items():
         if section == "models" and isinstance(values, dict):
