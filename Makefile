@@ -15,7 +15,7 @@ test: setup
 	$(VENV)/bin/ruff check agora services tests bench
 	bash scripts/ensure_prometheus.sh
 	bash scripts/ensure_deploy_tools.sh
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 test-fast: setup
 	bash scripts/ensure_prometheus.sh

@@ -252,7 +252,9 @@ def demo(
 @app.command()
 def compare(
     config: Path = typer.Argument(Path("configs/maporl_math.yaml")),
-    minutes: float = typer.Option(None, help="training budget per arm (default: the config's)"),
+    minutes: float = typer.Option(None, min=0.1,
+                                  help="wall-clock training budget per arm (default: config)"),
+    updates: int = typer.Option(None, min=1, help="instead: PPO updates per arm"),
     tasks: int = typer.Option(None, help="held-out tasks to evaluate on (default: config)"),
 ) -> None:
     """Train the learner alone and in the discussion, same budget; print curves and scores."""
@@ -262,20 +264,29 @@ def compare(
         multi_agent_config,
         sample_curve,
         single_agent_config,
+        with_budget,
     )
 
     cfg = _load(config)
     if cfg.environment.name != "discussion":
         console.print("[bold red]config error[/]: environment.name: compare needs a discussion")
         raise typer.Exit(2)
-    if minutes is not None:
-        cfg.ppo.max_minutes = minutes
+    if minutes is not None and updates is not None:
+        console.print("[bold red]error[/]: --minutes and --updates: give one budget, not both")
+        raise typer.Exit(2)
+    cfg = with_budget(cfg, minutes, updates)
+    if cfg.ppo.max_minutes is None and cfg.ppo.max_updates is None:
+        console.print("[bold red]config error[/]: ppo.max_minutes / ppo.max_updates: the arms "
+                      "need a budget (or pass --minutes / --updates)")
+        raise typer.Exit(2)
     learner = cfg.trainable_agents[0].name
     arms = []
     for label, arm_cfg in (("single-agent", single_agent_config(cfg)),
                            ("multi-agent", multi_agent_config(cfg))):
+        budget = (f"{arm_cfg.ppo.max_updates} updates" if arm_cfg.ppo.max_updates
+                  else f"{arm_cfg.ppo.max_minutes} min")
         console.print(f"[bold cyan]== {label}[/]: {arm_cfg.environment.seats}, "
-                      f"{arm_cfg.environment.rounds} round(s), {arm_cfg.ppo.max_minutes} min")
+                      f"{arm_cfg.environment.rounds} round(s), {budget}")
         stack = make_stack(arm_cfg, None, False)
         run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
         try:
@@ -292,16 +303,16 @@ def compare(
         curves.add_row(arm.label, "  ".join(f"{m:.0f}: {a:.0%}" for m, a in points) or "-")
     console.print(curves)
     table = Table(title=f"held-out accuracy ({arms[0].after.tasks} tasks)")
-    for column in ("arm", "before: turn 1", "before: last turn", "after: turn 1",
+    for column in ("arm", "updates", "before: turn 1", "before: last turn", "after: turn 1",
                    "after: last turn"):
         table.add_column(column, justify="right")
     summary = {}
     for arm in arms:
         b, a = arm.before.as_dict(), arm.after.as_dict()
-        table.add_row(arm.label, f"{b['turn1']:.1%}", f"{b['last']:.1%}", f"{a['turn1']:.1%}",
-                      f"{a['last']:.1%}")
-        summary[arm.label] = {"run_dir": str(arm.run_dir), "before": b, "after": a,
-                              "curve": arm.curve(learner)}
+        table.add_row(arm.label, str(arm.updates()), f"{b['turn1']:.1%}", f"{b['last']:.1%}",
+                      f"{a['turn1']:.1%}", f"{a['last']:.1%}")
+        summary[arm.label] = {"run_dir": str(arm.run_dir), "updates": arm.updates(),
+                              "before": b, "after": a, "curve": arm.curve(learner)}
     console.print(table)
     out = arms[-1].run_dir / "compare.json"
     out.write_text(json.dumps(summary, indent=2))

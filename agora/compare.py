@@ -31,6 +31,21 @@ def single_agent_config(cfg: RunConfig) -> RunConfig:
     return parse_config(data, "<single-agent arm>")
 
 
+def with_budget(cfg: RunConfig, minutes: float | None, updates: int | None) -> RunConfig:
+    """The same config with each arm's training budget: wall-clock ``minutes`` (the arms get
+    the same CPU time; the discussion's costlier updates mean fewer of them), or ``updates``
+    of every learner (the arms see the same number of PPO steps, however long they take)."""
+    if minutes is not None and updates is not None:
+        raise ValueError("give --minutes or --updates, not both")
+    data = cfg.model_dump(mode="json")
+    if minutes is not None:
+        data["ppo"]["max_minutes"] = minutes
+    if updates is not None:
+        data["ppo"]["max_updates"] = updates
+        data["ppo"]["max_minutes"] = None
+    return parse_config(data, "<compare budget>")
+
+
 def multi_agent_config(cfg: RunConfig) -> RunConfig:
     data = cfg.model_dump(mode="json")
     data["name"] = f"{cfg.name}-multi"
@@ -43,6 +58,11 @@ class ArmResult:
     run_dir: Path
     before: DiscussionResult
     after: DiscussionResult
+
+    def updates(self) -> int:
+        """PPO updates the arm's run made (its metrics log has one row per update)."""
+        path = self.run_dir / "metrics.jsonl"
+        return len(path.read_text().splitlines()) if path.is_file() else 0
 
     def curve(self, agent: str) -> list[tuple[float, float]]:
         """(minutes, last-round training accuracy over the last 100 episodes) per update."""

@@ -4,6 +4,7 @@ through the local "json" builder (no Hub), with deterministic train/test splits.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,40 @@ def test_reasoning_gym_train_and_test_are_disjoint():
     assert not {t.task_id for t in train} & {t.task_id for t in test}
     assert all(":test:" in t.task_id for t in test)
     assert load_tasks(spec, "all") == train + test
+
+
+def test_reasoning_gym_test_split_follows_the_training_distribution():
+    """Held-out questions must be as easy as training ones. Dropping every test question that
+    train also drew left mostly 2-digit questions in test (1-digit pairs nearly all occur in
+    train), so held-out accuracy was not comparable with training accuracy."""
+    spec = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 2000,
+            "test_size": 400, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                         "max_digits": 2, "operators": ["+", "-"]}}
+    train, test = load_tasks(spec, "train"), load_tasks(spec, "test")
+
+    def one_digit_share(tasks):
+        operands = [re.findall(r"\d+", t.question) for t in tasks]
+        return sum(all(len(n) == 1 for n in ops) for ops in operands) / len(tasks)
+
+    assert len(test) == 400
+    assert not {t.question for t in train} & {t.question for t in test}
+    # About half of the draws are 1-digit pairs in both splits (binomial sd at n=400: 0.025).
+    # The old split (fresh draws minus train's questions) had 0.32 in test against 0.49.
+    assert 0.4 < one_digit_share(train) < 0.6
+    assert abs(one_digit_share(test) - one_digit_share(train)) < 0.08
+
+
+def test_reasoning_gym_curriculum_draws_stay_in_the_train_share():
+    from agora.tasks.rgym import in_test_share, train_task_at
+    from agora.tasks.specs import ReasoningGymSpec
+
+    spec = ReasoningGymSpec(source="reasoning_gym", name="basic_arithmetic", size=50,
+                            test_fraction=0.5, config={"max_terms": 2, "max_digits": 1})
+    train_questions = {t.question for t in load_tasks(spec, "train")}
+    for index in range(60):
+        task = train_task_at(spec, index)
+        assert not in_test_share(task.question, 0.5)
+        assert task.question in train_questions
 
 
 def test_limit_takes_a_prefix():

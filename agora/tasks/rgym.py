@@ -1,12 +1,18 @@
 """Reasoning-gym: generate tasks from its procedural datasets and score answers with their own
 scorers.
 
-Generation: reasoning-gym derives item ``i`` of a dataset with seed ``s`` from ``Random(s + i)``,
-so two splits are disjoint only if their ranges ``[s, s + size)`` do not overlap. Each spec seed
-owns a 2**32-wide block of generator seeds; train starts at the block's start and test half-way
-in, so splits (and different spec seeds) never share an item seed. Test also drops any question
-that appears verbatim in train, which small difficulty settings (2 one-digit terms) would
-otherwise produce.
+Generation: reasoning-gym derives item ``i`` of a dataset with seed ``s`` from ``Random(s + i)``.
+Each spec seed owns a 2**32-wide block of generator seeds; train draws from the block's start and
+test from half-way in, so the two never replay the same draws.
+
+Held-out questions: a question belongs to the test split iff a hash of its text falls in the
+first ``test_fraction`` of the hash range. Train keeps the draws outside that share, test the
+draws inside it. Why not "test = fresh draws minus any question train has": with a small
+question space (two 1-2 digit terms) the common, easy questions (1-digit terms) nearly all turn
+up in train, so that test split was mostly the rarer, harder 2-digit questions and held-out
+accuracy came out far below training accuracy for the same policy (issue 3's first report).
+A hash partition is blind to difficulty, so both splits follow the generator's distribution
+and still never share a question. Train holds the first ``size`` train-share draws.
 
 Scoring: a task carries the entry's metadata and the knobs it was generated with, so the reward
 service can rebuild the entry and call that dataset's ``score_answer`` without the generator.
@@ -58,39 +64,53 @@ def create(name: str, config: dict[str, Any], size: int, seed: int) -> Procedura
                         f"{type(err).__name__}: {err}") from err
 
 
+def in_test_share(question: str, test_fraction: float) -> bool:
+    """Whether ``question`` belongs to the held-out share of the question space."""
+    digest = hashlib.sha1(question.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < test_fraction
+
+
+def train_draws(spec: ReasoningGymSpec) -> int:
+    """Generator items the train split may draw from: enough for ``size`` train-share
+    questions (about ``size / (1 - test_fraction)``) with a wide margin."""
+    return int(2 * spec.size / (1 - spec.test_fraction)) + 100
+
+
 def generate(spec: ReasoningGymSpec, split: str, limit: int | None = None) -> list[Task]:
     """The first ``limit`` tasks of one split ("train" or "test"), in generation order; a
     limit takes a prefix, so it never changes which tasks come first."""
-    train_size = spec.size
     if split == "train":
-        count = train_size if limit is None else min(limit, train_size)
-        entries = _entries(spec, "train", train_size, count)
-        return [_task(spec, "train", index, entry) for index, entry in entries]
-    wanted = spec.test_size or spec.size
+        wanted, draws, keep = spec.size, train_draws(spec), False
+    else:
+        # About wanted / test_fraction draws give `wanted` test questions; twice that (+100) is
+        # plenty unless the question space is tiny; then the test split comes out smaller.
+        wanted = spec.test_size or spec.size
+        draws, keep = int(2 * wanted / spec.test_fraction) + 100, True
     if limit is not None:
         wanted = min(wanted, limit)
-    seen = {entry["question"] for _, entry in _entries(spec, "train", train_size, train_size)}
     tasks: list[Task] = []
-    # Duplicates of train questions are skipped; twice the candidates (+100) is plenty unless
-    # the dataset's question space is tiny, in which case the test split comes out smaller.
-    candidates = 2 * (spec.test_size or spec.size) + 100
-    for index, entry in _entries(spec, "test", candidates, candidates):
+    for index, entry in _entries(spec, split, draws):
         if len(tasks) == wanted:
             break
-        if entry["question"] in seen:
-            continue
-        seen.add(entry["question"])
-        tasks.append(_task(spec, "test", index, entry))
+        if in_test_share(entry["question"], spec.test_fraction) == keep:
+            tasks.append(_task(spec, split, index, entry))
     return tasks
 
 
 def train_task_at(spec: ReasoningGymSpec, index: int) -> Task:
-    """Train item ``index % spec.size`` alone, without generating the split before it: what a
-    curriculum needs to draw one task with a level's knobs (agora/curriculum/ladders.py)."""
+    """A train task without generating the split before it: the first train-share item at or
+    after draw ``index % spec.size``, which is always one of ``generate``'s ``size`` train
+    tasks. What a curriculum needs to draw one task with a level's knobs
+    (agora/curriculum/ladders.py)."""
     knobs = json.dumps(jsonable(spec.config), sort_keys=True)
-    index %= spec.size
-    dataset = _dataset(spec.name, knobs, spec.size, dataset_seed(spec.seed, "train"))
-    return _task(spec, "train", index, dataset[index])
+    draws = train_draws(spec)
+    dataset = _dataset(spec.name, knobs, draws, dataset_seed(spec.seed, "train"))
+    for position in range(index % spec.size, draws):
+        entry = dataset[position]
+        if not in_test_share(entry["question"], spec.test_fraction):
+            return _task(spec, "train", position, entry)
+    raise TaskError(f"reasoning_gym {spec.name}: no train question among {draws} draws "
+                    f"(test_fraction {spec.test_fraction} holds out nearly every question)")
 
 
 @lru_cache(maxsize=32)
@@ -99,11 +119,11 @@ def _dataset(name: str, knobs_json: str, size: int, seed: int) -> ProceduralData
 
 
 def _entries(
-    spec: ReasoningGymSpec, split: str, size: int, count: int
+    spec: ReasoningGymSpec, split: str, draws: int
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Items are generated on demand: a small limit does not pay for the whole split."""
-    dataset = create(spec.name, spec.config, size, dataset_seed(spec.seed, split))
-    for index in range(count):
+    """Items are generated on demand: callers stop early, and pay only for what they read."""
+    dataset = create(spec.name, spec.config, draws, dataset_seed(spec.seed, split))
+    for index in range(draws):
         yield index, dataset[index]
 
 

@@ -27,12 +27,18 @@ class _Spec(BaseModel):
 
 
 class ReasoningGymSpec(_Spec):
-    """Procedurally generated tasks: train and test come from disjoint generator seeds."""
+    """Procedurally generated tasks: train and test hold disjoint questions, each drawn from the
+    generator's own distribution (agora/tasks/rgym.py)."""
 
     source: Literal["reasoning_gym"]
     name: str = Field(..., description="a reasoning-gym dataset: basic_arithmetic, gsm_symbolic")
     size: int = Field(500, ge=1, le=2**29, description="train tasks")
     test_size: int | None = Field(None, ge=1, le=2**29, description="test tasks; default: size")
+    # The share of the *question space* held out (by a hash of the question text; see
+    # agora/tasks/rgym.py): both splits then follow the generator's own distribution.
+    test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="share of distinct questions reserved for 'test'"
+    )
     config: dict[str, Any] = Field(
         default_factory=dict, description="the dataset's difficulty knobs (min_terms, ...)"
     )
