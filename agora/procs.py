@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,10 +38,25 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on now, and never one this process handed out before.
+
+    Binding to port 0 lets the OS pick any free port, so two calls in a row can return the
+    same one (nothing is listening yet between them); a config given both would then be
+    refused for putting two services on one port (seen in a test run)."""
+    with _HANDED_OUT_LOCK:
+        for _ in range(1000):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise RuntimeError("no free TCP port left on 127.0.0.1")
 
 
 def tail(path: Path, lines: int = 30) -> str:
