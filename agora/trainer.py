@@ -261,6 +261,7 @@ class Trainer:
                         reward=turn.reward,
                         version=turn.policy_version or 0,
                         role=turn.role,
+                        choices=turn.choices,
                     ))
         return got
 

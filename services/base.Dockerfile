@@ -38,7 +38,7 @@ COPY pyproject.toml README.md ./
 COPY agora ./agora
 COPY services ./services
 COPY data ./data
-RUN pip install -c requirements/pins.txt -e .
+RUN pip install -c requirements/pins.txt -e ".[legal]"
 
 # An unprivileged user owns the model cache and the run folder. Named volumes mounted there
 # start as copies of these (empty, agora-owned) folders; in k8s, fsGroup 10001 does the same.

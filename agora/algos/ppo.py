@@ -52,6 +52,8 @@ class TurnSample:
     reward: float
     version: int = 0
     role: str = ""
+    # Legal-action decoding: the completions vLLM restricted this turn to (None: free text).
+    choices: list[str] | None = None
 
 
 @dataclass
@@ -64,9 +66,14 @@ class Batch:
     seq_of_token: torch.Tensor  # [N] which sample each action token belongs to
     behaviour_logprobs: torch.Tensor  # [N]
     rewards: torch.Tensor  # [B]
+    # [N, vocab] tokens each action could have been (legal-action decoding); None: any token.
+    allowed: torch.Tensor | None = None
 
 
-def collate(samples: list[TurnSample], pad_id: int) -> Batch:
+def collate(samples: list[TurnSample], pad_id: int,
+            masks: list[torch.Tensor | None] | None = None) -> Batch:
+    """Right-padded rows plus the flat per-action-token views. ``masks`` (one per sample, from
+    ``action_mask.ChoiceMasker``; None rows are unconstrained) become ``Batch.allowed``."""
     lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
     width = max(lengths)
     input_ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
@@ -91,7 +98,17 @@ def collate(samples: list[TurnSample], pad_id: int) -> Batch:
         seq_of_token=torch.tensor(seq_of_token),
         behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32),
         rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
+        allowed=_stack_masks(samples, masks),
     )
+
+
+def _stack_masks(samples: list[TurnSample], masks: list[torch.Tensor | None] | None):
+    if not masks or all(m is None for m in masks):
+        return None
+    vocab = next(m for m in masks if m is not None).shape[1]
+    return torch.cat([m if m is not None else torch.ones(len(s.completion_ids), vocab,
+                                                           dtype=torch.bool)
+                      for s, m in zip(samples, masks, strict=True)])
 
 
 def gae(
@@ -154,6 +171,8 @@ class PPOLearner:
         self.agent = agent
         self.ppo = ppo
         self.use_bf16 = cpu_has_fast_bf16() if ppo.bf16 is None else ppo.bf16
+        self.model_path = model_path
+        self._masker = None  # built on the first constrained turn (needs xgrammar)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -209,12 +228,45 @@ class PPOLearner:
         order = torch.argsort(torch.cat(token_rows))
         return torch.cat(pieces)[order]
 
-    def _logprobs(self, hidden_at_actions: torch.Tensor, labels: torch.Tensor):
+    def _logprobs(self, hidden_at_actions: torch.Tensor, labels: torch.Tensor,
+                  allowed: torch.Tensor | None = None):
+        """Logprob of each action token and the policy's entropy there; with ``allowed``, both
+        under the distribution vLLM sampled from (renormalised over the allowed tokens)."""
         logits = self._causal_lm().lm_head(hidden_at_actions).float()
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
         logp_all = F.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, entropy
+        plogp = logp_all.exp() * logp_all
+        if allowed is not None:
+            plogp = torch.where(allowed, plogp, 0.0)  # 0 * -inf is nan, not 0
+        return logp, -plogp.sum(-1)
+
+    def action_masks(self, samples: list[TurnSample]) -> list[torch.Tensor | None]:
+        """Per sample, the allowed-token mask of each completion token (None: free text).
+        Raises ValueError for a completion its choices could not have produced."""
+        if all(s.choices is None for s in samples):
+            return [None] * len(samples)
+        if self._masker is None:
+            from agora.algos.action_mask import ChoiceMasker, stop_token_ids
+
+            self._masker = ChoiceMasker(self.tokenizer, self._causal_lm().config.vocab_size,
+                                        stop_token_ids(self.tokenizer, self.model_path))
+        return [None if s.choices is None else self._masker.allowed(s.choices, s.completion_ids)
+                for s in samples]
+
+    def _masked_samples(self, samples: list[TurnSample]):
+        """The samples whose tokens fit their choices, with their masks, and how many did not
+        (a record from another grammar backend, say): those are dropped, not trained on with a
+        wrong ratio."""
+        kept, masks = [], []
+        for sample in samples:
+            try:
+                masks.extend(self.action_masks([sample]))
+            except ValueError:
+                continue
+            kept.append(sample)
+        return kept, masks, len(samples) - len(kept)
 
     # --- the update -----------------------------------------------------------------------
     def set_budget_progress(self, progress: float) -> float:
@@ -228,12 +280,13 @@ class PPOLearner:
         return lr
 
     def update(self, samples: list[TurnSample]) -> dict[str, float]:
-        samples = [s for s in samples if s.completion_ids]
+        samples, masks, off_grammar = self._masked_samples([s for s in samples
+                                                            if s.completion_ids])
         if not samples:
             return {}
         started = time.perf_counter()
         ppo = self.ppo
-        batch = collate(samples, self.pad_id)
+        batch = collate(samples, self.pad_id, masks)
 
         # 1. Reference logprobs and critic features, adapter off, no grad. Without a KL term
         #    and with a single pass over one minibatch there is nothing to compare against the
@@ -252,7 +305,7 @@ class PPOLearner:
         else:
             with torch.no_grad(), self._autocast(), self.model.disable_adapter():
                 features = self._action_hidden(batch).float()
-                ref_logp, _ = self._logprobs(features, batch.labels)
+                ref_logp, _ = self._logprobs(features, batch.labels, batch.allowed)
         with torch.no_grad():
             values = self.value_head(features)
 
@@ -287,7 +340,8 @@ class PPOLearner:
                 else:
                     with self._autocast():
                         hidden = self._action_hidden(batch, rows).float()
-                new_logp, entropy = self._logprobs(hidden, batch.labels[token_sel])
+                allowed = batch.allowed[token_sel] if batch.allowed is not None else None
+                new_logp, entropy = self._logprobs(hidden, batch.labels[token_sel], allowed)
                 log_ratio = new_logp - old_logp[token_sel]
                 ratio = log_ratio.exp()
                 adv = advantages[token_sel]
@@ -320,6 +374,7 @@ class PPOLearner:
             reward_mean=float(batch.rewards.mean()),
             value_mean=float(values.mean()),
             turns=float(len(samples)),
+            **({"off_grammar_turns": float(off_grammar)} if off_grammar else {}),
             tokens=float(batch.attention_mask.sum()),
             update_s=time.perf_counter() - started,
         )
@@ -364,8 +419,8 @@ class PPOLearner:
     def sequence_logprobs(self, sample: TurnSample) -> list[float]:
         """Logprobs of the completion tokens under the current adapter (tests compare these
         with vLLM's)."""
-        batch = collate([sample], self.pad_id)
+        batch = collate([sample], self.pad_id, self.action_masks([sample]))
         with torch.no_grad():
             hidden = self._action_hidden(batch).float()
-            logp, _ = self._logprobs(hidden, batch.labels)
+            logp, _ = self._logprobs(hidden, batch.labels, batch.allowed)
         return logp.tolist()

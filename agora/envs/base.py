@@ -74,3 +74,10 @@ class TurnBasedEnv(Protocol):
     def legal_actions(self) -> list[str]:
         """Canonical action strings legal now (scripted bots use these)."""
         ...
+
+
+def legal_completions(env: TurnBasedEnv, prefill: str) -> list[str] | None:
+    """The env's legal actions as completions of ``prefill``; None (free text) when the env
+    lists none now or none starts with the prefill."""
+    choices = [a[len(prefill):] for a in env.legal_actions() if a.startswith(prefill)]
+    return [c for c in choices if c] or None

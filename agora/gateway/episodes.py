@@ -37,6 +37,7 @@ from redis.exceptions import LockError
 from agora.bots import make_bot
 from agora.config import GAME_BOTS, RunConfig, SamplingConfig
 from agora.envs import TurnBasedEnv, make_env
+from agora.envs.base import legal_completions
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.models import ModelRouter, Route
@@ -285,6 +286,8 @@ class EpisodeService:
         if prefill:  # the assistant turn starts with the prefill and the model continues it
             body["messages"] = [*messages, {"role": "assistant", "content": prefill}]
             body.update(continue_final_message=True, add_generation_prompt=False)
+        if sampling.legal_actions_only and (choices := legal_completions(env, prefill)):
+            body["structured_outputs"] = {"choice": choices}  # as the agent was trained
         url = route.base_url + "/v1/chat/completions"
         try:
             data = await post_json(self.http, url, body, route.served_name)

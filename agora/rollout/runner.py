@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agora.bots import Bot
-from agora.envs.base import TurnBasedEnv
+from agora.envs.base import TurnBasedEnv, legal_completions
 from agora.policy_client import PolicyClient
 from agora.records import EpisodeRecord, Turn
 
@@ -33,6 +33,10 @@ class LLMPlayer:
     def label(self) -> str:
         return self.agent
 
+    @property
+    def legal_only(self) -> bool:
+        return self.client.sampling.legal_actions_only
+
 
 @dataclass
 class BotPlayer:
@@ -44,6 +48,7 @@ class BotPlayer:
 
 
 Player = LLMPlayer | BotPlayer
+
 
 
 async def run_episode(
@@ -74,7 +79,9 @@ async def run_episode(
         else:
             version = player.version()
             versions.setdefault(player.agent, version)
-            gen = await player.client.generate(env.observation(seat), prefill=player.prefill)
+            choices = legal_completions(env, player.prefill) if player.legal_only else None
+            gen = await player.client.generate(env.observation(seat), prefill=player.prefill,
+                                               choices=choices)
             text = player.prefill + gen.text
             turn = Turn(
                 seat=seat,
@@ -86,6 +93,7 @@ async def run_episode(
                 completion_token_ids=gen.completion_token_ids,
                 behaviour_logprobs=gen.logprobs,
                 finish_reason=gen.finish_reason,
+                choices=choices,
             )
         result = env.step(text)
         turn.legal = result.legal
