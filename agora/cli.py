@@ -390,6 +390,8 @@ def support_eval(
     adapter: Path = typer.Option(None, help="a LoRA adapter folder (default: the base model)"),
     port: int = typer.Option(None, min=1024, max=65535, help="port for the vLLM it starts"),
     policy_url: str = typer.Option(None, help="use this running vLLM instead of starting one"),
+    split: str = typer.Option("all", help="all | test | train: questions of that share only "
+                                          "(support-sft trains on 'train')"),
 ) -> None:
     """Task success, tool-call accuracy and calls per episode of one policy in every desk of
     the support task, straight through vLLM (logic: agora/eval_support.py)."""
@@ -399,8 +401,48 @@ def support_eval(
     if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
         console.print("[bold red]support-eval[/]: needs a support config and --level 1, 2 or 3")
         raise typer.Exit(2)
-    for result in run_support_eval(cfg, episodes, list(level), adapter, port, policy_url):
-        console.print_json(json.dumps({**result.as_dict(), "examples": result.examples}))
+    if split not in ("all", "test", "train"):
+        console.print(f"[bold red]support-eval[/]: --split: '{escape(split)}' is not all, test "
+                      "or train")
+        raise typer.Exit(2)
+    results = run_support_eval(cfg, episodes, list(level), adapter, port, policy_url,
+                               None if split == "all" else split)
+    for result in results:
+        console.print_json(json.dumps({**result.as_dict(), "split": split,
+                                       "examples": result.examples}))
+
+
+@app.command("support-sft")
+def support_sft(
+    config: Path = typer.Argument(..., help="a support run config (environment.name: support)"),
+    out: Path = typer.Option(..., help="where to write the adapter folder"),
+    episodes: int = typer.Option(200, min=1, help="oracle episodes per level"),
+    level: list[int] = typer.Option([1], help="level(s) 1-3; repeat for several"),
+    epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
+    learning_rate: float = typer.Option(2e-4, min=1e-7, max=1.0),
+    batch_size: int = typer.Option(8, min=1),
+    max_steps: int = typer.Option(None, min=1, help="stop after this many optimizer steps"),
+    threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),
+) -> None:
+    """SFT the config's first agent on the scripted oracle desks' transcripts (train-share
+    questions only), for PPO to start from (agents[].init_adapter); logic: agora/support_sft.py."""
+    from agora.reflection.config import TrainStageConfig
+    from agora.support_sft import oracle_examples, train_support_sft
+
+    cfg = _load(config)
+    if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
+        console.print("[bold red]support-sft[/]: needs a support config and --level 1, 2 or 3")
+        raise typer.Exit(2)
+    examples = oracle_examples(cfg, episodes, list(level))
+    console.print(f"[cyan]>[/] {len(examples)} oracle turns from {episodes * len(level)} "
+                  f"episodes (train-share questions)")
+    stage = TrainStageConfig(learning_rate=learning_rate, epochs=epochs, batch_size=batch_size,
+                             max_steps=max_steps, threads=threads, max_length=1024)
+    summary = train_support_sft(cfg, examples, out, stage,
+                                log=lambda line: console.print(escape(line)))
+    console.print_json(json.dumps(summary))
+    console.print(f"[green]written[/] {out}; measure it with `agora support-eval {config} "
+                  f"--adapter {out} --split test`")
 
 if __name__ == "__main__":
     app()

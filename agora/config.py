@@ -83,6 +83,10 @@ class AgentConfig(_Strict):
     # thread) fwd+bwd took 13 s with LoRA on layers 15-29 vs 23 s on all layers.
     lora_layers: list[int] | None = None
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    # A PEFT adapter folder of this agent's LoRA shape to start from (e.g. `agora support-sft`'s
+    # output); None = a fresh adapter, i.e. the base model. PPO's KL reference stays the base.
+    # (Checked before anything starts: agora/startup_checks.py.)
+    init_adapter: str | None = None
 
 
 class NegotiationOptions(_Strict):

@@ -20,6 +20,7 @@ import httpx
 from agora.config import RunConfig
 from agora.envs.support import support_scores
 from agora.envs.support_options import build_support_env
+from agora.envs.support_tasks import make_task, task_split
 from agora.eval import wilson
 from agora.models import resolve_model
 from agora.policy_client import PolicyAdmin, PolicyClient, load_tokenizer
@@ -55,11 +56,23 @@ class SupportEval:
         }
 
 
+def eval_seeds(level: int, episodes: int, seed: int, split: str | None) -> list[int]:
+    """``episodes`` seeds from ``seed`` on; with ``split``, only seeds whose task is in it."""
+    seeds, candidate = [], seed
+    while len(seeds) < episodes:
+        if split is None or task_split(make_task(level, candidate).question) == split:
+            seeds.append(candidate)
+        candidate += 1
+    return seeds
+
+
 async def play_support(cfg: RunConfig, agent: str, served: str, episodes: int, level: int,
-                       concurrency: int = 8, seed: int = 30_000) -> SupportEval:
+                       concurrency: int = 8, seed: int = 30_000,
+                       split: str | None = None) -> SupportEval:
     opts = cfg.environment.support
     if opts is None:
         raise ValueError("the config's environment is not 'support'")
+    seeds = eval_seeds(level, episodes, seed, split)
     agent_cfg = cfg.agent(agent)
     tokenizer = load_tokenizer(resolve_model(cfg.models[agent_cfg.base].model))
     result = SupportEval(level)
@@ -70,13 +83,13 @@ async def play_support(cfg: RunConfig, agent: str, served: str, episodes: int, l
         gate = asyncio.Semaphore(concurrency)
 
         async def one(index: int) -> None:
-            env = build_support_env(opts, {"seed": seed + index})
+            env = build_support_env(opts, {"seed": seeds[index]})
             env.level = level
             player = LLMPlayer(agent, client, prefill=cfg.environment.prefill)
             async with gate:
                 record = await run_episode(env, [player] * 3, run_id="support-eval",
                                            episode_id=f"support-eval-{index}",
-                                           seed=seed + index)
+                                           seed=seeds[index])
             info = record.info
             scores = support_scores(info)
             result.episodes += 1
@@ -118,15 +131,19 @@ def policy_server(cfg: RunConfig, agent: str, port: int | None = None) -> Iterat
 
 
 def evaluate_support(cfg: RunConfig, episodes: int, levels: list[int], agent: str | None = None,
-                     served: str = SERVED_BASE_NAME) -> list[SupportEval]:
-    """``episodes`` per level with ``served`` (a running server at the config's URL)."""
+                     served: str = SERVED_BASE_NAME, split: str | None = None
+                     ) -> list[SupportEval]:
+    """``episodes`` per level with ``served`` (a running server at the config's URL); with
+    ``split`` ('train' or 'test', see ``support_tasks.task_split``) on that share only."""
     agent = agent or cfg.agents[0].name
-    return [asyncio.run(play_support(cfg, agent, served, episodes, level)) for level in levels]
+    return [asyncio.run(play_support(cfg, agent, served, episodes, level, split=split))
+            for level in levels]
 
 
 def run_support_eval(cfg: RunConfig, episodes: int, levels: list[int],
                      adapter: Path | None = None, port: int | None = None,
-                     policy_url: str | None = None) -> list[SupportEval]:
+                     policy_url: str | None = None, split: str | None = None
+                     ) -> list[SupportEval]:
     """The config's first agent, as the base model or ``adapter`` (a LoRA folder, loaded as
     ``support-eval``), on a vLLM started here (on ``port``) or the one at ``policy_url``."""
     agent = cfg.agents[0].name
@@ -140,4 +157,4 @@ def run_support_eval(cfg: RunConfig, episodes: int, levels: list[int],
         if adapter is not None:
             served = "support-eval"
             PolicyAdmin(served_cfg.policy_url(agent)).load_adapter(served, str(adapter))
-        return evaluate_support(served_cfg, episodes, levels, agent, served)
+        return evaluate_support(served_cfg, episodes, levels, agent, served, split)

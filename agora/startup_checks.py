@@ -12,6 +12,7 @@ left behind.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -66,7 +67,27 @@ def model_problems(cfg: RunConfig) -> list[str]:
     if learned and not (Path(learned).expanduser() / "config.json").is_file():
         problems.append(f"reward.learned_model: '{learned}' is not a trained verifier folder "
                         "(no config.json; make one with `agora verifier train --out DIR`)")
+    for agent in cfg.agents:
+        if agent.init_adapter is not None:
+            problem = init_adapter_problem(agent.init_adapter, agent.lora_rank,
+                                           agent.lora_targets)
+            if problem:
+                problems.append(f"agents.{agent.name}.init_adapter: {problem}")
     return problems
+
+
+def init_adapter_problem(path: str, rank: int, targets: list[str]) -> str | None:
+    """Why the adapter folder cannot start this agent's LoRA (PPO loads its weights into an
+    adapter of the agent's own shape, which vLLM then serves), or None."""
+    config_file = Path(path).expanduser() / "adapter_config.json"
+    if not config_file.is_file():
+        return (f"'{path}' is not an adapter folder (no adapter_config.json; make one with "
+                "`agora support-sft CONFIG --out DIR`)")
+    found = json.loads(config_file.read_text())
+    if found.get("r") != rank or sorted(found.get("target_modules") or []) != sorted(targets):
+        return (f"'{path}' has rank {found.get('r')} on {found.get('target_modules')}; the "
+                f"agent has lora_rank {rank} on {targets}")
+    return None
 
 
 def redis_problem(url: str, what: str = "REDIS_URL") -> str | None:

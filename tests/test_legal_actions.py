@@ -8,6 +8,7 @@ masks (agora/algos/action_mask.py) so its logprobs match vLLM's, and PPO's ratio
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import uuid
 
@@ -159,6 +160,14 @@ def test_legal_only_hanabi_episodes_are_all_legal_and_train_at_ratio_one(
     stats = learner.update(samples)
     # Same weights as the ones that sampled: the masked ratio is 1 up to fp noise.
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-3)
-    assert stats["clipfrac"] == 0.0
-    assert "off_grammar_turns" not in stats
-    assert torch.isfinite(torch.tensor(stats["entropy"]))
+    assert stats["clipfrac"] == 0.0 and stats["entropy"] > 0.0
+    assert "off_grammar_turns" not in stats and "nonfinite_steps_skipped" not in stats
+    # Masked tokens (p = 0, logp = -inf) must not send nan gradients into the adapter: the
+    # weights stay finite, and they moved.
+    lora = {n: p.detach().clone() for n, p in learner.model.named_parameters() if p.requires_grad}
+    assert all(torch.isfinite(p).all() for p in lora.values())
+    again = learner.update(samples)
+    assert math.isfinite(again["pg_loss"]) and again["entropy"] > 0.0
+    moved = [not torch.equal(p, dict(learner.model.named_parameters())[n]) for n, p in lora.items()]
+    assert any(moved)
+    assert all(torch.isfinite(p).all() for p in learner.model.parameters())

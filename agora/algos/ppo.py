@@ -188,6 +188,8 @@ class PPOLearner:
             task_type="CAUSAL_LM",
         )
         self.model = get_peft_model(base, lora)
+        if agent.init_adapter:
+            self._load_adapter_weights(Path(agent.init_adapter).expanduser())
         self.value_head = ValueHead(base.config.hidden_size)
         self.policy_params = [p for p in self.model.parameters() if p.requires_grad]
         self.policy_opt = torch.optim.AdamW(self.policy_params, lr=ppo.learning_rate,
@@ -195,6 +197,18 @@ class PPOLearner:
         self.value_opt = torch.optim.AdamW(self.value_head.parameters(),
                                            lr=ppo.value_learning_rate)
         self.updates = 0
+
+    def _load_adapter_weights(self, folder: Path) -> None:
+        """Start from a trained adapter (``agents[].init_adapter``, e.g. an SFT warm start)
+        instead of a fresh one: same LoRA shape, so every key must match."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        weights = load_file(str(folder / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(self.model, weights)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"init_adapter {folder}: keys this agent's LoRA does not have "
+                             f"(another rank, targets or layers?): {result.unexpected_keys[:3]}")
 
     # --- forward helpers ------------------------------------------------------------------
     def _causal_lm(self):
@@ -237,10 +251,12 @@ class PPOLearner:
             logits = logits.masked_fill(~allowed, float("-inf"))
         logp_all = F.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-        plogp = logp_all.exp() * logp_all
-        if allowed is not None:
-            plogp = torch.where(allowed, plogp, 0.0)  # 0 * -inf is nan, not 0
-        return logp, -plogp.sum(-1)
+        # Masked tokens have p = 0 and logp = -inf: zero logp there *before* the product, or
+        # 0 * -inf is nan in the forward and, worse, in the backward (a where() after the
+        # product still sends nan gradients into the adapter).
+        finite_logp = logp_all if allowed is None else logp_all.masked_fill(~allowed, 0.0)
+        entropy = -(logp_all.exp() * finite_logp).sum(-1)
+        return logp, entropy
 
     def action_masks(self, samples: list[TurnSample]) -> list[torch.Tensor | None]:
         """Per sample, the allowed-token mask of each completion token (None: free text).
@@ -330,6 +346,7 @@ class PPOLearner:
         stats: dict[str, list[float]] = {k: [] for k in
                                          ("pg_loss", "entropy", "clipfrac", "ratio", "vf_loss")}
         generator = torch.Generator().manual_seed(self.updates)
+        skipped_steps = 0
         for _epoch in range(ppo.epochs):
             order = torch.randperm(len(samples), generator=generator)
             for start in range(0, len(samples), minibatch):
@@ -351,8 +368,11 @@ class PPOLearner:
                 loss = pg_loss - ppo.entropy_coef * entropy.mean()
                 self.policy_opt.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy_params, ppo.max_grad_norm)
-                self.policy_opt.step()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_params, ppo.max_grad_norm)
+                if torch.isfinite(grad_norm):
+                    self.policy_opt.step()
+                else:  # one bad minibatch must not turn the served adapter into nan
+                    skipped_steps += 1
 
                 v_pred = self.value_head(features[token_sel])
                 vf_loss = F.mse_loss(v_pred, returns[token_sel])
@@ -375,6 +395,7 @@ class PPOLearner:
             value_mean=float(values.mean()),
             turns=float(len(samples)),
             **({"off_grammar_turns": float(off_grammar)} if off_grammar else {}),
+            **({"nonfinite_steps_skipped": float(skipped_steps)} if skipped_steps else {}),
             tokens=float(batch.attention_mask.sum()),
             update_s=time.perf_counter() - started,
         )

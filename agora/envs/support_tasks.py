@@ -23,6 +23,7 @@ inside a short answer (so listing every candidate does not pass).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -313,6 +314,17 @@ LEVEL_TEMPLATES: dict[int, tuple[Template, ...]] = {
     3: (_device_with_shipping, _plan_difference, _annual, _student, _opened_refund,
         _international),
 }
+
+
+TEST_FRACTION = 0.3  # share of the question space held out from support-sft's data
+
+
+def task_split(question: str, test_fraction: float = TEST_FRACTION) -> str:
+    """'test' or 'train' by a hash of the question: a fixed split of the question space, so
+    a warm start (agora/support_sft.py) never sees the questions it is measured on. Level 1
+    has one question per fact, so its test share is facts never shown."""
+    digest = hashlib.sha1(question.encode()).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
 
 
 def make_task(level: int, seed: int) -> SupportTask:

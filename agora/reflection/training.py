@@ -16,13 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agora.config import AgentConfig
 from agora.hardware import cpu_has_fast_bf16
 from agora.reflection.config import RoleConfig, TrainStageConfig
 
 META_FILE = "agora_reflection.json"
 
 
-def lora_config(role: RoleConfig):  # -> peft.LoraConfig
+def lora_config(role: RoleConfig | AgentConfig):  # -> peft.LoraConfig
+    """The PEFT config of a reflection role or a run's agent (same LoRA fields)."""
     from peft import LoraConfig
 
     return LoraConfig(r=role.lora_rank, lora_alpha=role.lora_alpha,
