@@ -46,6 +46,23 @@ def tiny_config(**overrides) -> RunConfig:
     return parse_config(data)
 
 
+def url_port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def session_servers_config(vllm_url: str, reward_url: str, redis_url: str,
+                           **overrides) -> RunConfig:
+    """``tiny_config`` pointed at the test session's vLLM (1024-token context, fp32), reward
+    service and Redis, for tests that play episodes through the real rollout task."""
+    return tiny_config(
+        models={"tiny": {"model": "tiny-random", "port": url_port(vllm_url),
+                         "max_model_len": 1024, "max_loras": 2, "max_lora_rank": 16,
+                         "dtype": "float32"}},
+        services={"reward_port": url_port(reward_url), "redis_port": url_port(redis_url)},
+        **overrides,
+    )
+
+
 def write_config(cfg: RunConfig, path: Path) -> Path:
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     return path

@@ -24,7 +24,7 @@ from agora.rollout.tasks import episode_payload, play
 from agora.stream import EpisodeStream
 from agora.verifiers.game import RewardScheme, verify_game
 from agora.weight_sync import adapter_dir
-from tests.stack_helpers import tiny_config
+from tests.stack_helpers import session_servers_config
 
 SCHEME = RewardScheme(win=1.0, draw=0.0, loss=-1.0, illegal=-1.0)
 
@@ -125,17 +125,13 @@ def test_role_conditioned_whitening_centres_each_role_on_its_own():
 
 def test_tiny_random_learner_plays_hanabi_through_the_queue_task_and_eval(
         vllm_tiny, reward_url, redis_url, tiny_model, tmp_path):
-    url, _ = vllm_tiny
-    port = lambda u: int(u.rsplit(":", 1)[1].split("/")[0])  # noqa: E731
-    cfg = tiny_config(
-        models={"tiny": {"model": "tiny-random", "port": port(url), "max_model_len": 1024,
-                         "max_loras": 2, "max_lora_rank": 16, "dtype": "float32"}},
+    cfg = session_servers_config(
+        vllm_tiny[0], reward_url, redis_url,
         agents=[{"name": "learner", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
                  "sampling": {"max_tokens": 8, "stop": []}}],
         environment={"name": "hanabi", "seats": ["learner", "learner", "learner"],
                      "prefill": "[Play] ", "opponents": {"self": 1.0, "hanabi_simple": 1.0}},
         ppo={"advantage_norm": "role", "pin_cpus": False, "nice": 0},
-        services={"reward_port": port(reward_url), "redis_port": port(redis_url)},
         eval={"games": 4, "opponents": ["self", "hanabi_simple"]},
     )
     run_id = f"hanabi-{uuid.uuid4().hex[:6]}"

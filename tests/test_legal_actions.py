@@ -26,7 +26,7 @@ from agora.records import EpisodeRecord
 from agora.rollout.tasks import episode_payload, play
 from agora.stream import EpisodeStream
 from agora.weight_sync import adapter_dir
-from tests.stack_helpers import tiny_config
+from tests.stack_helpers import session_servers_config
 
 LOGPROB_ATOL = 2e-3  # as tests/test_policy_vllm.py: fp32 on both sides
 
@@ -124,18 +124,14 @@ def test_config_refuses_legal_actions_only_for_free_text_envs():
 
 def test_legal_only_hanabi_episodes_are_all_legal_and_train_at_ratio_one(
         vllm_tiny, reward_url, redis_url, tiny_model, tmp_path):
-    url, _ = vllm_tiny
-    port = lambda u: int(u.rsplit(":", 1)[1].split("/")[0])  # noqa: E731
-    cfg = tiny_config(
-        models={"tiny": {"model": "tiny-random", "port": port(url), "max_model_len": 1024,
-                         "max_loras": 2, "max_lora_rank": 16, "dtype": "float32"}},
+    cfg = session_servers_config(
+        vllm_tiny[0], reward_url, redis_url,
         agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
                  "sampling": {"max_tokens": 40, "stop": ["\n"], "legal_actions_only": True}}],
         environment={"name": "hanabi", "seats": ["player", "player"], "prefill": "[",
                      "opponents": {"self": 1.0}},
         ppo={"pin_cpus": False, "nice": 0, "bf16": False, "kl_coef": 0.0, "epochs": 1,
              "batch_turns": 8, "minibatch_turns": 8},
-        services={"reward_port": port(reward_url), "redis_port": port(redis_url)},
     )
     learner = PPOLearner(tiny_model, cfg.agent("player"), cfg.ppo)
     path = learner.save_adapter(adapter_dir(tmp_path, "player", 0))
