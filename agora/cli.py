@@ -416,10 +416,12 @@ def support_eval(
 def support_sft(
     config: Path = typer.Argument(..., help="a support run config (environment.name: support)"),
     out: Path = typer.Option(..., help="where to write the adapter folder"),
-    episodes: int = typer.Option(200, min=1, help="oracle episodes per level"),
+    episodes: int = typer.Option(300, min=1, help="oracle episodes per level"),
     level: list[int] = typer.Option([1], help="level(s) 1-3; repeat for several"),
-    epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
-    learning_rate: float = typer.Option(2e-4, min=1e-7, max=1.0),
+    epochs: float = typer.Option(3.0, min=0.01, help="passes over the examples"),
+    # Measured on SmolLM2 (level 1, held-out questions): 1e-3 x 3 epochs x 300 episodes
+    # reached 82% success; 2e-4 x 2 x 200 only 10% (it had not learned to copy the result).
+    learning_rate: float = typer.Option(1e-3, min=1e-7, max=1.0),
     batch_size: int = typer.Option(8, min=1),
     max_steps: int = typer.Option(None, min=1, help="stop after this many optimizer steps"),
     threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),

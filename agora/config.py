@@ -200,6 +200,8 @@ GAME_BOTS: dict[str, tuple[str, ...]] = {
 }
 # Player counts of the games that allow several.
 GAME_SEATS: dict[str, tuple[int, int]] = {"tictactoe": (2, 2), "hanabi": (2, 5)}
+# Games the whole table wins or loses together, with a running team score (reward.team_credit).
+COOPERATIVE_GAMES = ("hanabi",)
 
 
 class EnvironmentConfig(_Strict):
@@ -375,6 +377,12 @@ class RewardConfig(_Strict):
     # classifier trained with `agora verifier train`, folder in `learned_model`), or a blend
     # w * rule + (1 - w) * learned.
     mode: Literal["rule", "learned", "blend"] = "rule"
+    # Cooperative games (Hanabi): which team reward each legal move earns. 'outcome': the
+    # final team score, the same for every move of the game. 'to_go': the score the team made
+    # from that move on (final minus the score before it), so a move is credited only with
+    # what came after it (REINFORCE's causality: same expected gradient, less variance over
+    # a 40-move game; a move that blows the last fuse earns 0).
+    team_credit: Literal["outcome", "to_go"] = "outcome"
     blend_weight: float = Field(0.5, ge=0.0, le=1.0)
     learned_model: str | None = Field(None, description="folder from `agora verifier train`")
 
@@ -536,6 +544,9 @@ class RunConfig(_Strict):
                 raise ValueError(
                     f"agents.{agent.name}.sampling.legal_actions_only: '{env}' takes free text; "
                     f"only games list their legal actions ({sorted(GAME_BOTS)})")
+        if self.reward.team_credit == "to_go" and env not in COOPERATIVE_GAMES:
+            raise ValueError(f"reward.team_credit: 'to_go' needs a cooperative game with a team "
+                             f"score ({sorted(COOPERATIVE_GAMES)}), not '{env}'")
         scorers = ENV_VERIFIERS.get(env, ("game_outcome",))  # other envs are games
         if self.reward.verifier is None and len(scorers) == 1:
             self.reward.verifier = scorers[0]

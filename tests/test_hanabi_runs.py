@@ -67,6 +67,58 @@ def test_forfeit_costs_only_the_illegal_move_and_keeps_the_teams_score():
     assert verdict.seat_rewards[1 - offender] == pytest.approx(score_so_far / 25)
 
 
+def _scores_before_each_move(actions: list[str], seed: int, players: int) -> list[int]:
+    env = Hanabi(num_players=players)
+    env.reset(seed)
+    before = []
+    for action in actions:
+        before.append(env.score)
+        env.step(action)
+    return before
+
+
+def test_to_go_credit_gives_each_move_the_score_made_from_it_on():
+    actions, env = _bot_game(seed=5, players=2)
+    final = env.outcome().info["score"]
+    before = _scores_before_each_move(actions, seed=5, players=2)
+    to_go = SCHEME.model_copy(update={"team_credit": "to_go"})
+    verdict = verify_game("hanabi", actions, to_go, seed=5, num_seats=2)
+    assert verdict.turn_rewards == [pytest.approx((final - b) / 25) for b in before]
+    # The first move is credited with the whole game, the last with what it alone added;
+    # the seats' results stay the team's score.
+    assert verdict.turn_rewards[0] == pytest.approx(final / 25)
+    assert verdict.turn_rewards[-1] < verdict.turn_rewards[0]
+    rewards = verdict.turn_rewards
+    assert all(a >= b for a, b in zip(rewards[:-1], rewards[1:], strict=True))
+    assert verdict.seat_rewards == [pytest.approx(final / 25)] * 2
+    # A forfeit still costs only the illegal move; the moves before it keep what came after.
+    cut = verify_game("hanabi", actions[:12] + ["I pass"], to_go, seed=5, num_seats=2)
+    made = before[12]
+    assert cut.turn_rewards == [pytest.approx((made - b) / 25) for b in before[:12]] + [-1.0]
+
+
+def test_to_go_credit_through_the_reward_service_and_refused_for_competitive_games(reward_url):
+    actions, env = _bot_game(seed=11, players=3)
+    before = _scores_before_each_move(actions, seed=11, players=3)
+    body = {"env": "hanabi", "actions": actions, "seed": 11, "num_seats": 3,
+            "rewards": {"team_credit": "to_go"}}
+    resp = httpx.post(f"{reward_url}/v1/verify", json=body, timeout=30)
+    assert resp.status_code == 200, resp.text
+    final = env.outcome().info["score"]
+    assert resp.json()["turn_rewards"] == [pytest.approx((final - b) / 25) for b in before]
+    bad = httpx.post(f"{reward_url}/v1/verify",
+                     json={**body, "rewards": {"team_credit": "later"}}, timeout=30)
+    assert bad.status_code == 422 and "team_credit" in bad.text
+    with pytest.raises(Exception) as err:
+        parse_config({"models": {"m": {"model": "tiny-random"}},
+                      "agents": [{"name": "p", "base": "m"}],
+                      "environment": {"name": "tictactoe", "seats": ["p", "p"]},
+                      "reward": {"team_credit": "to_go"}}, "t")
+    assert "reward.team_credit" in str(err.value) and "cooperative" in str(err.value)
+    assert parse_config({**_hanabi_cfg(), "reward": {"team_credit": "to_go"}},
+                        "t").reward.team_credit == "to_go"
+
+
 def test_reward_service_replays_a_three_player_game(reward_url):
     actions, env = _bot_game(seed=11, players=3)
     body = {"env": "hanabi", "actions": actions, "seed": 11, "num_seats": 3}

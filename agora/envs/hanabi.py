@@ -386,6 +386,11 @@ class Hanabi:
             },
         )
 
+    def team_progress(self) -> float:
+        """The team reward if the game ended now (score / 25): ``reward.team_credit: to_go``
+        credits a move with the final reward minus this value before it."""
+        return self.score / MAX_SCORE
+
     def team_rewards(self) -> list[float]:
         """Per seat, the team's score over 25 (a cooperative game: one shared reward). The
         game verifier uses this instead of win/draw/loss, which would all be 'draw'."""

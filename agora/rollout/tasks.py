@@ -127,6 +127,7 @@ def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -
             "draw": cfg.reward.draw,
             "loss": cfg.reward.loss,
             "illegal": cfg.environment.illegal_move_penalty,
+            "team_credit": cfg.reward.team_credit,
         },
     }
 

@@ -8,10 +8,14 @@ ends normally gives every move of a seat that seat's outcome (win/draw/loss).
 
 Cooperative games (an env with ``team_rewards()``, e.g. Hanabi) reward every legal move with the
 team's result instead, even when a teammate forfeits: the team's score so far is what those
-moves earned, and the forfeiting move alone gets the penalty.
+moves earned, and the forfeiting move alone gets the penalty. With ``team_credit='to_go'`` (and
+an env with ``team_progress()``, the team reward if the game ended now) a legal move earns only
+the part of the result made from it on.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +31,9 @@ class RewardScheme(BaseModel):
     draw: float = 0.0
     loss: float = -1.0
     illegal: float = Field(-1.0, description="reward of the illegal move itself")
+    team_credit: Literal["outcome", "to_go"] = Field(
+        "outcome", description="cooperative games: every legal move earns the final team "
+        "reward ('outcome') or the part of it made from that move on ('to_go')")
 
 
 class GameVerdict(BaseModel):
@@ -60,10 +67,14 @@ def verify_game(
         raise InvalidEpisode("the opening ends the game: there is nothing left to play")
     seats_of_turn: list[int] = []
     legal: list[bool] = []
+    progress = getattr(env, "team_progress", None)
+    team_before: list[float] = []  # the team reward so far, before each action (cooperative)
     for index, action in enumerate(actions):
         if env.done:
             raise InvalidEpisode(f"action {index} comes after the game ended")
         seats_of_turn.append(env.current_seat)
+        if callable(progress):
+            team_before.append(float(progress()))
         legal.append(env.step(action).legal)
     outcome = env.outcome()
     if not env.done:
@@ -79,8 +90,12 @@ def verify_game(
         team = [float(x) for x in team_rewards()]
         seat_rewards = [scheme.illegal if r == "illegal" else team[s]
                         for s, r in enumerate(results)]
-        turn_rewards = [team[seat] if legal[i] else scheme.illegal
-                        for i, seat in enumerate(seats_of_turn)]
+        if scheme.team_credit == "to_go" and team_before:
+            earned = [team[seat] - team_before[i] for i, seat in enumerate(seats_of_turn)]
+        else:
+            earned = [team[seat] for seat in seats_of_turn]
+        turn_rewards = [earned[i] if legal[i] else scheme.illegal
+                        for i in range(len(seats_of_turn))]
         return GameVerdict(results=results, seat_rewards=seat_rewards,
                            turn_rewards=turn_rewards, legal=legal, finished=True,
                            reason=outcome.reason)
