@@ -4,6 +4,7 @@ games through ``play`` and ``agora.eval`` on the session's real vLLM server."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
@@ -16,10 +17,12 @@ from agora.algos.ppo import PPOLearner, whiten_by_group
 from agora.bots import make_bot
 from agora.config import parse_config
 from agora.envs import make_env
+from agora.envs.base import DEFAULT_TURN_LIMIT
 from agora.envs.hanabi import Hanabi
 from agora.eval import evaluate
 from agora.policy_client import PolicyAdmin
 from agora.records import EpisodeRecord
+from agora.rollout.runner import BotPlayer, run_episode
 from agora.rollout.tasks import episode_payload, play
 from agora.stream import EpisodeStream
 from agora.verifiers.game import RewardScheme, verify_game
@@ -117,6 +120,22 @@ def test_to_go_credit_through_the_reward_service_and_refused_for_competitive_gam
     assert "reward.team_credit" in str(err.value) and "cooperative" in str(err.value)
     assert parse_config({**_hanabi_cfg(), "reward": {"team_credit": "to_go"}},
                         "t").reward.team_credit == "to_go"
+
+
+def test_runner_plays_a_long_game_to_its_end():
+    """Two scripted bots take ~74 moves; the runner's old fixed cap of 64 cut such games as
+    'unfinished' (no reward in training, left out of the evaluation's score)."""
+    players = [BotPlayer(make_bot("hanabi_simple")) for _ in range(2)]
+    record = asyncio.run(run_episode(Hanabi(num_players=2), players, run_id="t",
+                                     episode_id="long", seed=0))
+    assert len(record.turns) > DEFAULT_TURN_LIMIT
+    assert record.results == ["draw", "draw"] and record.info["score"] > 0
+    _, env = _bot_game(seed=0, players=2)
+    assert len(record.turns) == env.turns and record.info["score"] == env.score
+    # An explicit cap still cuts (the gateway and tests rely on it).
+    cut = asyncio.run(run_episode(Hanabi(num_players=2), players, run_id="t",
+                                  episode_id="cut", seed=0, max_turns=10))
+    assert len(cut.turns) == 10 and cut.results == ["unfinished", "unfinished"]
 
 
 def test_reward_service_replays_a_three_player_game(reward_url):

@@ -76,6 +76,17 @@ class TurnBasedEnv(Protocol):
         ...
 
 
+DEFAULT_TURN_LIMIT = 64
+
+
+def turn_limit(env: TurnBasedEnv) -> int:
+    """How many moves an episode may take before the runner stops it as 'unfinished' (no
+    reward). An env whose games run longer declares ``max_episode_turns``: a 2-player Hanabi
+    game between scripted bots takes ~74 moves, and a cut game would be scored 0 in training
+    and left out of evaluation."""
+    return int(getattr(env, "max_episode_turns", DEFAULT_TURN_LIMIT))
+
+
 def legal_completions(env: TurnBasedEnv, prefill: str) -> list[str] | None:
     """The env's legal actions as completions of ``prefill``; None (free text) when the env
     lists none now or none starts with the prefill."""

@@ -172,6 +172,10 @@ class Hanabi:
     """2-5 seats playing one team game; forfeit on the first illegal move."""
 
     name = "hanabi"
+    # A safety bound, never the game's end: every play or discard uses one of the 50 cards and
+    # each hint needs a token, which only the 8 at the start and discards (or a played 5) give,
+    # so a game ends within ~110 moves plus a last round.
+    max_episode_turns = 256
 
     def __init__(self, num_players: int = 2) -> None:
         if not MIN_PLAYERS <= num_players <= MAX_PLAYERS:

@@ -30,7 +30,6 @@ from agora.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player, run_episode
 
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0, "illegal": 0.0}
-MAX_TURNS = {"tictactoe": 9, "hanabi": 256}  # Hanabi games run past the runner's default 64
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ async def _episode(ctx: EvalContext, players: list[Player], seed: int, tag: str
     async with ctx.gate:
         env = make_env(env_name, num_seats=len(players))
         return await run_episode(env, players, run_id="eval", episode_id=f"eval-{tag}-{seed}",
-                                 seed=seed, max_turns=MAX_TURNS.get(env_name, 64))
+                                 seed=seed)
 
 
 def _turns(record: EpisodeRecord, seats: set[int]) -> tuple[int, int]:

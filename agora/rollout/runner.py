@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agora.bots import Bot
-from agora.envs.base import TurnBasedEnv, legal_completions
+from agora.envs.base import TurnBasedEnv, legal_completions, turn_limit
 from agora.policy_client import PolicyClient
 from agora.records import EpisodeRecord, Turn
 
@@ -59,8 +59,10 @@ async def run_episode(
     episode_id: str,
     seed: int,
     opponent: str = "self",
-    max_turns: int = 64,
+    max_turns: int | None = None,
 ) -> EpisodeRecord:
+    """``max_turns``: moves before the episode is cut as 'unfinished' (default: the env's
+    ``turn_limit``)."""
     if len(players) != env.num_seats:
         raise ValueError(f"{env.name} has {env.num_seats} seats, got {len(players)} players")
     started = time.monotonic()
@@ -68,7 +70,7 @@ async def run_episode(
     rng = random.Random(seed)
     turns: list[Turn] = []
     versions: dict[str, int] = {}
-    for _ in range(max_turns):
+    for _ in range(max_turns or turn_limit(env)):
         if env.done:
             break
         seat = env.current_seat
