@@ -25,6 +25,7 @@ import httpx
 import psutil
 import pytest
 import redis
+from prometheus_client import generate_latest
 
 from agora.config import SamplingConfig
 from agora.launcher import Stack, make_stack
@@ -287,6 +288,9 @@ def test_adapter_keeper_puts_back_exactly_the_live_adapter(vllm_tiny, tiny_model
     stream = EpisodeStream(redis.Redis.from_url(redis_url), "keeper-test")
     admin = PolicyAdmin(url)
     keeper = AdapterKeeper(stream, {name: admin}, period_s=0.2)
+    # Exported at 0 before any reload (a missing series is not a 0 to a dashboard or alert).
+    assert f'agora_trainer_adapter_reloads_total{{agent="{name}"}} 0.0' in \
+        generate_latest().decode()
 
     def served() -> str | None:
         data = httpx.get(f"{url}/v1/models", timeout=10).json()["data"]

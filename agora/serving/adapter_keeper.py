@@ -59,6 +59,10 @@ class AdapterKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        for agent in self.admins:
+            # A labelled counter is only exported once its label exists: start every agent's at
+            # 0 so "no reload yet" is a scraped 0, not a missing series (dashboards, alerts).
+            TRAINER_ADAPTER_RELOADS.labels(agent)
 
     def publish(self, agent: str, version: int, path: Path) -> float:
         """Hot-swap ``path`` in as ``agent``, mark ``version`` live, remember both; returns the
