@@ -377,14 +377,14 @@ class RewardConfig(_Strict):
     # classifier trained with `agora verifier train`, folder in `learned_model`), or a blend
     # w * rule + (1 - w) * learned.
     mode: Literal["rule", "learned", "blend"] = "rule"
+    blend_weight: float = Field(0.5, ge=0.0, le=1.0)
+    learned_model: str | None = Field(None, description="folder from `agora verifier train`")
     # Cooperative games (Hanabi): which team reward each legal move earns. 'outcome': the
     # final team score, the same for every move of the game. 'to_go': the score the team made
     # from that move on (final minus the score before it), so a move is credited only with
     # what came after it (REINFORCE's causality: same expected gradient, less variance over
     # a 40-move game; a move that blows the last fuse earns 0).
     team_credit: Literal["outcome", "to_go"] = "outcome"
-    blend_weight: float = Field(0.5, ge=0.0, le=1.0)
-    learned_model: str | None = Field(None, description="folder from `agora verifier train`")
 
     @model_validator(mode="after")
     def _learned_needs_a_model(self) -> RewardConfig:
