@@ -457,6 +457,9 @@ class ServicesConfig(_Strict):
     reward_port: int = Field(8201, ge=1024, le=65535)
     gateway_port: int = Field(8200, ge=1024, le=65535)
     trainer_metrics_port: int = Field(8202, ge=1024, le=65535)
+    # Seconds the finished trainer keeps its metrics endpoint up before it exits, so that
+    # Prometheus (scraping every 5 s) records the last updates' values instead of losing them.
+    trainer_final_scrape_s: float = Field(12.0, ge=0, le=600)
     judge_port: int = Field(8203, ge=1024, le=65535)
     health_timeout_s: float = Field(300.0, gt=0)
     # `agora up` restarts a crashed policy server or embedded Redis this many times (each) before

@@ -192,6 +192,16 @@ class Trainer:
         if self.unacked:
             self.checkpoint()
         self.set_state(status="finished")
+        self.hold_metrics_for_final_scrape()
+
+    def hold_metrics_for_final_scrape(self) -> None:
+        """Stay up ``trainer_final_scrape_s`` with the final values on /metrics: a trainer
+        that exits the moment its budget is spent takes the last updates' KL, reward and
+        version with it whenever they fall between two Prometheus scrapes."""
+        linger = self.cfg.services.trainer_final_scrape_s
+        if self.serve_metrics and linger > 0:
+            log.info("finished; metrics stay up %.0f s for a final scrape", linger)
+            time.sleep(linger)
 
     def budget_progress(self) -> float:
         """How far through the budget the run is, 0..1 (the further of updates and minutes)."""

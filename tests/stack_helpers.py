@@ -32,6 +32,8 @@ def tiny_config(**overrides) -> RunConfig:
         "services": {"redis_port": free_port(), "reward_port": free_port(),
                      "gateway_port": free_port(), "trainer_metrics_port": free_port(),
                      "judge_port": free_port(),
+                     # Longer than the 1 s the stack tests scrape at: they see the final values.
+                     "trainer_final_scrape_s": 2.5,
                      "health_timeout_s": 700},  # vLLM: ~60 s alone, >400 s on a busy 2-core box
     }
     for section, values in overrides.items():

@@ -78,9 +78,12 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
             "context": "Name a prime.", "a": "7 is a prime number.", "b": "",
             "rubric": "helpfulness"}).json()
         assert verdict["winner"] == "a"
-        # The trainer exported its per-agent metrics while it ran.
-        assert any('agora_trainer_policy_version{agent="player"}' in text for text in scraped)
-        assert any('agora_trainer_kl{agent="player"}' in text for text in scraped)
+        # The trainer exported its per-agent metrics, and kept the final values up after its
+        # last update long enough for a scrape (services.trainer_final_scrape_s).
+        final = [text for text in scraped
+                 if 'agora_trainer_policy_version{agent="player"} 3.0' in text]
+        assert final, "no scrape saw the trainer's final version"
+        assert 'agora_trainer_kl{agent="player"}' in final[-1]
     finally:
         stack.stop()
     assert descendants_alive(pids) == [], "processes left behind after stop()"
