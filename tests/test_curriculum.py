@@ -79,6 +79,27 @@ def test_controller_promotes_demotes_and_waits_between_changes():
     assert clipped.window == [1.0]
 
 
+def test_backoff_makes_each_return_to_a_failed_level_wait_longer():
+    """An agent that masters level 0 and fails everything at level 1: with backoff 2 it is
+    promoted after 4, 8, 16 episodes at level 0; without backoff it flaps every 4."""
+
+    def promotions(backoff: float, episodes: int) -> list[int]:
+        rule = Rule(window=4, promote_at=0.75, demote_below=0.25, patience=4, top=1,
+                    backoff=backoff)
+        state, played_at_0, out = LevelState(level=0), 0, []
+        for _ in range(episodes):
+            if state.level == 0:
+                played_at_0 += 1
+            if observe(state, 1.0 if state.level == 0 else 0.0, rule) > 0:
+                out.append(played_at_0)
+                played_at_0 = 0
+        assert state.demotions.get(1, 0) >= len(out) - 1
+        return out
+
+    assert promotions(2.0, 60) == [4, 8, 16]  # each stay at level 1 lasts 4 episodes
+    assert promotions(1.0, 60) == [4] * 8
+
+
 def test_success_of_an_agent_per_kind_of_episode():
     def rec(seats, results, **info):
         return EpisodeRecord(run_id="r", episode_id="e", env="tictactoe", seed=0, seats=seats,
@@ -249,6 +270,13 @@ def test_levels_round_trip_through_redis_and_survive_a_trainer_restart(redis_url
     # Three failures in a row at level 2 demote it (0 of 3 < 0.3).
     stats = restarted.observe([_record(f"f{i}", 2, "loss") for i in range(3)])
     assert stats["p"]["curriculum_level"] == 1.0
+    raw = {k.decode(): v.decode() for k, v in client.hgetall(store.key("p", "tictactoe")).items()}
+    assert raw["demoted:2"] == "1"
+    # The demotion is remembered across a restart: back to level 2 takes twice the patience.
+    again = CurriculumTracker(cfg, client, run_id, resume=True)
+    assert again.observe([_record(f"g{i}", 1, "win") for i in range(5)])["p"][
+        "curriculum_level"] == 1.0
+    assert again.observe([_record("g5", 1, "win")])["p"]["curriculum_level"] == 2.0
 
 
 def test_reward_service_replays_the_opening_before_the_turns(reward_url):

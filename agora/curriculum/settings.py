@@ -20,7 +20,9 @@ CURRICULUM_TASK_SOURCES = ("reasoning_gym",)
 class CurriculumConfig(BaseModel):
     """Promote an agent to the next level when its success rate over the last ``window``
     episodes at its level reaches ``promote_at``; demote it when the rate falls below
-    ``demote_below``; never change a level before ``min_episodes`` episodes were played at it.
+    ``demote_below``; never change a level before ``min_episodes`` episodes were played at it,
+and wait ``backoff`` times longer before each new promotion to a level the agent was demoted
+from (``controller.py`` says why).
 
     Success of one episode for one agent (0..1, ``tracker.success_of``): a discussion's
     last-round correctness; an env's own success metric where it reports one; in a game
@@ -39,6 +41,9 @@ class CurriculumConfig(BaseModel):
     demote_below: float = Field(0.2, ge=0.0, le=1.0)
     min_episodes: int | None = Field(None, ge=1, le=100_000, description="episodes at a level "
                                      "before it may change again; default: window")
+    backoff: float = Field(2.0, ge=1.0, le=16.0, description="each demotion from a level "
+                           "multiplies the episodes needed before promotion to it again by "
+                           "this (1: no backoff)")
     # Reasoning-gym tasks only: one dict of dataset knobs per level, easiest first, replacing
     # the built-in ladder (e.g. [{max_terms: 2}, {max_terms: 4}]).
     knobs: list[dict[str, Any]] | None = Field(None, min_length=2)

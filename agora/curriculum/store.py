@@ -4,7 +4,7 @@ rollout workers when they build an episode.
 Keys, per (agent, task), under the run's prefix:
 
 * ``agora:{run}:curriculum:{agent}:{task}``: hash with ``level``, ``played`` (episodes at it
-  since it was set) and ``changes``;
+  since it was set), ``changes`` and ``demoted:{L}`` (times demoted from level L: the backoff);
 * ``...:window``: list of the last successes at the level (floats, oldest first);
 * ``...:seen``: set of the episode ids already counted, so a trainer resumed after a crash,
   which re-reads the entries it had not acknowledged, does not count them twice.
@@ -19,6 +19,8 @@ from __future__ import annotations
 import redis
 
 from agora.curriculum.controller import LevelState
+
+DEMOTED = "demoted:"  # hash field prefix: demotions per level
 
 
 class CurriculumStore:
@@ -47,8 +49,11 @@ class CurriculumStore:
         fields = {_s(k): int(v) for k, v in fields.items()}
         if "level" not in fields:
             return LevelState(level=default)
+        demotions = {int(name.removeprefix(DEMOTED)): count for name, count in fields.items()
+                     if name.startswith(DEMOTED)}
         return LevelState(level=fields["level"], window=[float(x) for x in window],
-                          played=fields.get("played", 0), changes=fields.get("changes", 0))
+                          played=fields.get("played", 0), changes=fields.get("changes", 0),
+                          demotions=demotions)
 
     def unseen(self, agent: str, task: str, episode_ids: list[str]) -> list[bool]:
         """For each id, whether it has not been counted for this (agent, task) yet."""
@@ -61,7 +66,8 @@ class CurriculumStore:
         key = self.key(agent, task)
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(key, mapping={"level": state.level, "played": state.played,
-                                "changes": state.changes})
+                                "changes": state.changes,
+                                **{f"{DEMOTED}{lv}": n for lv, n in state.demotions.items()}})
         pipe.delete(key + ":window")
         if state.window:
             pipe.rpush(key + ":window", *state.window)
