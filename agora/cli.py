@@ -212,6 +212,8 @@ def demo(
     config: Path = typer.Argument(Path("configs/tictactoe_selfplay.yaml")),
     minutes: float = typer.Option(None, help="training budget (default: the config's)"),
     games: int = typer.Option(None, help="evaluation games per opponent (default: config)"),
+    run_id: str = typer.Option(None, help="run id (default: <name>-<timestamp>); an existing "
+                               "run folder of that id is replaced"),
 ) -> None:
     """Train for a bounded budget, then print a before/after table and query the gateway."""
     from agora.config import GAME_BOTS
@@ -228,7 +230,11 @@ def demo(
     if minutes is not None:
         cfg.ppo.max_minutes = minutes
     agent = cfg.trainable_agents[0].name
-    stack = make_stack(cfg, None, False)
+    try:
+        stack = make_stack(cfg, run_id, False)
+    except LaunchError as err:
+        console.print(f"[bold red]launch error[/]: {err}")
+        raise typer.Exit(2) from err
     wall = time.monotonic()
     keep = ("redis", "gateway", *(f"policy-{k}" for k in cfg.models))
     run_stack(stack, keep_serving=keep)

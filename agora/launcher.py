@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import sys
 import time
@@ -38,6 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class LaunchError(RuntimeError):
     """The stack cannot start; the message says why (nothing was left running)."""
+
+
+# A run id names a folder under runs/ and prefixes Redis keys: no path separators.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,100}")
 
 
 def new_run_id(cfg: RunConfig) -> str:
@@ -284,6 +289,10 @@ def make_stack(cfg: RunConfig, run_id: str | None, resume: bool, runs_root: Path
                ) -> Stack:
     if resume and not run_id:
         raise LaunchError("--resume needs --run-id (the run to continue)")
+    if run_id is not None and not RUN_ID.fullmatch(run_id):
+        # A fresh run deletes the folder of its id first: an id must never reach outside.
+        raise LaunchError(f"--run-id: {run_id!r} is not a run id (letters, digits, '_', '.', "
+                          "'-', max 101, starting with a letter or digit)")
     run_id = run_id or new_run_id(cfg)
     run_dir = (runs_root or Path(cfg.output_dir)) / run_id
     if resume and not (run_dir / "checkpoints" / "latest").is_file():

@@ -51,3 +51,19 @@ def test_demo_refuses_an_env_it_cannot_evaluate(tmp_path):
     assert proc.returncode == 2
     assert "environment.name: demo evaluates games" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_run_ids_that_are_paths_are_refused_and_delete_nothing(tmp_path):
+    """A fresh run deletes the folder of its id first: `--run-id ../x` must never reach out."""
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    (victim / "data.txt").write_text("keep me")
+    cfg = tiny_config(output_dir=str(tmp_path / "runs"))
+    path = str(write_config(cfg, tmp_path / "ttt.yaml"))
+    for command in ("demo", "up"):
+        for bad in ("../precious", "a/b", "-rf", ".hidden", "x" * 102):
+            proc = _agora(command, path, "--run-id", bad, cwd=tmp_path)
+            assert proc.returncode == 2, (command, bad, proc.stdout, proc.stderr)
+            assert "--run-id" in proc.stdout and "not a run id" in proc.stdout, proc.stdout
+            assert "Traceback" not in proc.stdout + proc.stderr
+    assert (victim / "data.txt").read_text() == "keep me"

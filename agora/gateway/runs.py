@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -37,14 +36,13 @@ from pydantic import BaseModel, ValidationError
 from agora.config import RunConfig
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.run_context import RunContext, agent_summary_from_state, last_jsonl_rows
-from agora.launcher import LaunchError, new_run_id, preflight
+from agora.launcher import RUN_ID, LaunchError, new_run_id, preflight
 from agora.procs import tail
 from agora.stream import RunKeys
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIVE_KEY = "agora:gateway:active_run"
 RUNS_HASH = "agora:gateway:runs"
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,100}$")
 WRAPPER_KEYS = {"config", "run_id"}
 # Environment of the gateway that must not leak into a run it starts: they name the gateway's
 # own run (the launcher sets the run's), or a deployment's service hosts (a run started here is
@@ -90,7 +88,7 @@ def parse_run_request(raw: bytes) -> tuple[RunConfig, str | None]:
     if not isinstance(data, dict):
         raise GatewayError(422, "the run config must be a mapping (the content of a run YAML "
                            "file)", "invalid_config", param="config")
-    if run_id is not None and (not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id)):
+    if run_id is not None and (not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id)):
         raise GatewayError(422, "run_id: letters, digits, '_', '.', '-' (max 101), starting "
                            "with a letter or digit", "invalid_run_id", param="run_id")
     try:
