@@ -155,7 +155,7 @@ def results_table(title: str, rows: dict[str, dict[str, dict]]) -> Table:
                "win 95% CI"]
     if scored:
         columns = [c for c in columns if c not in ("win", "draw", "loss", "win 95% CI")]
-        columns.append("mean score")
+        columns.append("mean score (95% CI)")
     for column in columns:
         table.add_column(column, justify="right")
     for policy, by_opponent in rows.items():
@@ -163,12 +163,19 @@ def results_table(title: str, rows: dict[str, dict[str, dict]]) -> Table:
             lo, hi = r["win_ci95"]
             cells = [policy, opponent, str(r["games"]), f"{r['legal_rate']:.1%}"]
             if scored:
-                cells += [str(r["forfeits"]), f"{r.get('score', 0.0):.2f}"]
+                cells += [str(r["forfeits"]), _score_cell(r)]
             else:
                 cells += [f"{r['win']:.1%}", f"{r['draw']:.1%}", f"{r['loss']:.1%}",
                           str(r["forfeits"]), f"{lo:.0%}-{hi:.0%}"]
             table.add_row(*cells)
     return table
+
+
+def _score_cell(row: dict) -> str:
+    """Mean team score with its 95% interval: rows differ by noise alone at small counts."""
+    ci = row.get("score_ci95")
+    mean = f"{row.get('score', 0.0):.2f}"
+    return f"{mean} ({ci[0]:.2f}-{ci[1]:.2f})" if ci else mean
 
 
 def ask_gateway_for_move(stack: Stack, agent: str) -> None:

@@ -2,14 +2,15 @@
 
 Games alternate seats (half first to move, half second) and run concurrently so vLLM can batch
 them. Reported per opponent: win/draw/loss rates with 95% Wilson intervals, the legal-move rate
-over the agent's turns, and how many losses were forfeits by an illegal move.
+over the agent's turns, and how many losses were forfeits by an illegal move; in a cooperative
+game (Hanabi) the mean team score with its 95% interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -41,8 +42,7 @@ class MatchResult:
     forfeits: int
     llm_turns: int
     legal_turns: int
-    score_total: float = 0.0  # cooperative games: sum of the team's scores (Hanabi: 0-25)
-    scored: int = 0
+    scores: list[float] = field(default_factory=list)  # cooperative games: team scores
 
     @property
     def legal_rate(self) -> float:
@@ -57,8 +57,15 @@ class MatchResult:
             "draw": self.rate("draws"), "loss": self.rate("losses"),
             "win_ci95": wilson(self.wins, self.games), "forfeits": self.forfeits,
             "legal_rate": self.legal_rate,
-            **({"score": self.score_total / self.scored} if self.scored else {}),
+            **(self.score_summary() if self.scores else {}),
         }
+
+    def score_summary(self) -> dict[str, object]:
+        # Imported here: agora.evaluation's package imports this module.
+        from agora.evaluation.stats import mean_interval
+
+        summary = mean_interval(self.scores, low=0.0)
+        return {"score": summary["mean"], "score_ci95": summary["ci95"]}
 
 
 async def play_matches(
@@ -97,8 +104,7 @@ async def play_matches(
             mine_results = record.results if opponent == "self" else [outcome]
             result.forfeits += "illegal" in mine_results
             if "score" in record.info:
-                result.score_total += float(record.info["score"])
-                result.scored += 1
+                result.scores.append(float(record.info["score"]))
             mine = [t for t in record.turns if t.seat == seat or opponent == "self"]
             result.llm_turns += len(mine)
             result.legal_turns += sum(t.legal for t in mine)

@@ -38,6 +38,8 @@ def test_demo_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
         assert set(by_opponent) == {"self", "hanabi_simple"}
         for row in by_opponent.values():
             assert row["games"] == 4 and 0.0 <= row["score"] <= 25.0
+            lo, hi = row["score_ci95"]  # 4 games: an interval beside the mean
+            assert 0.0 <= lo <= row["score"] <= hi
     assert processes_of_run(run_dir.name) == []
 
 

@@ -130,6 +130,28 @@ def assert_png(path: Path, size: tuple[int, int]) -> None:
 
 # --------------------------------------------------------------------------- statistics
 
+def test_cooperative_match_rows_carry_the_mean_score_interval_into_the_table():
+    from rich.console import Console
+
+    from agora.eval import MatchResult
+
+    rows = {}
+    for name, scores in (("v0", [2.0, 4.0, 3.0, 3.0]), ("after", [5.0])):
+        result = MatchResult("self", len(scores), 0, 0, 0, 0, 4, 4, scores=scores)
+        rows[name] = {"self": result.as_dict()}
+    before, after = rows["v0"]["self"], rows["after"]["self"]
+    lo, hi = before["score_ci95"]
+    assert before["score"] == 3.0 and math.isclose(hi - 3.0, 3.0 - lo)
+    assert math.isclose(hi - lo, 2 * 1.959964 * math.sqrt(2 / 3) / 2, rel_tol=1e-5)
+    assert after["score"] == 5.0 and after["score_ci95"] is None  # one game: no spread
+    console = Console(width=200, record=True)
+    console.print(cli.results_table("hanabi", rows))
+    text = console.export_text()
+    assert f"3.00 ({lo:.2f}-{hi:.2f})" in text and "5.00" in text
+    no_scores = MatchResult("random", 2, 1, 0, 1, 0, 4, 4).as_dict()
+    assert "score" not in no_scores and "score_ci95" not in no_scores
+
+
 def test_wilson_interval_contains_the_rate_and_narrows_with_n():
     for successes, n in [(0, 10), (3, 10), (10, 10), (30, 100), (1, 1)]:
         lo, hi = wilson(successes, n)
