@@ -240,8 +240,8 @@ def demo(
     try:
         stack = make_stack(cfg, run_id, False)
     except LaunchError as err:
-        console.print(f"[bold red]launch error[/]: {err}")
-        raise typer.Exit(2) from err
+        console.print(f"[bold red]cannot start[/]: {err}")
+        raise typer.Exit(2) from None
     wall = time.monotonic()
     keep = ("redis", "gateway", *(f"policy-{k}" for k in cfg.models))
     run_stack(stack, keep_serving=keep)

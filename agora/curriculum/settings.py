@@ -21,8 +21,8 @@ class CurriculumConfig(BaseModel):
     """Promote an agent to the next level when its success rate over the last ``window``
     episodes at its level reaches ``promote_at``; demote it when the rate falls below
     ``demote_below``; never change a level before ``min_episodes`` episodes were played at it,
-and wait ``backoff`` times longer before each new promotion to a level the agent was demoted
-from (``controller.py`` says why).
+    and wait ``backoff`` times longer before each new promotion to a level the agent was
+    demoted from (``controller.py`` says why).
 
     Success of one episode for one agent (0..1, ``tracker.success_of``): a discussion's
     last-round correctness; an env's own success metric where it reports one; in a game
