@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from agora.algos.compute import DEVICE_PATTERN, ComputeConfig
 from agora.curriculum.settings import CurriculumConfig, fit_problem
 from agora.deployment import apply_services_override
 from agora.envs.support_options import SupportOptions
@@ -87,6 +88,9 @@ class AgentConfig(_Strict):
     # output); None = a fresh adapter, i.e. the base model. PPO's KL reference stays the base.
     # (Checked before anything starts: agora/startup_checks.py.)
     init_adapter: str | None = None
+    # Where this agent's learner trains (auto | cpu | cuda | cuda:N); None = trainer.device.
+    # Two learners of a multi-model run can sit on two GPUs.
+    device: str | None = Field(None, pattern=DEVICE_PATTERN)
 
 
 class NegotiationOptions(_Strict):
@@ -423,8 +427,7 @@ class PPOConfig(_Strict):
     checkpoint_every: int = Field(1, ge=1)
     max_updates: int | None = Field(None, ge=1)
     max_minutes: float | None = Field(None, gt=0.0)
-    # None = bf16 autocast only where the CPU has native bf16 (agora/hardware.py).
-    bf16: bool | None = None
+    # CPU only (a learner on a GPU leaves them alone): torch threads, pinning and niceness.
     torch_threads: int = Field(1, ge=1, description="vLLM keeps the other core busy")
     # Pin the trainer to the last `torch_threads` CPUs: vLLM's CPU engine binds the first ones,
     # and an unpinned trainer was measured time-slicing with it on the same core.
@@ -434,6 +437,14 @@ class PPOConfig(_Strict):
     # waited behind each PPO update and rollouts stalled (measured: 40 s between updates of
     # 20 s). A niced trainer yields to them at once and still gets the rest of the core.
     nice: int = Field(10, ge=0, le=19)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_fields(cls, data):
+        if isinstance(data, dict) and "bf16" in data:
+            raise ValueError("ppo.bf16 moved to trainer.dtype (auto | bf16 | fp16 | fp32; "
+                             "bf16: false is trainer.dtype: fp32)")
+        return data
 
 
 class WorkersConfig(_Strict):
@@ -501,6 +512,8 @@ class RunConfig(_Strict):
     environment: EnvironmentConfig
     reward: RewardConfig = Field(default_factory=RewardConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
+    # Where and in what precision learners train (agora/algos/compute.py).
+    trainer: ComputeConfig = Field(default_factory=ComputeConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -73,7 +73,23 @@ def model_problems(cfg: RunConfig) -> list[str]:
                                            agent.lora_targets)
             if problem:
                 problems.append(f"agents.{agent.name}.init_adapter: {problem}")
-    return problems
+    return problems + placement_problems(cfg)
+
+
+def placement_problems(cfg: RunConfig) -> list[str]:
+    """A learner's device that this machine lacks (``cuda`` without a GPU, a GPU index past the
+    last), or flash-attn asked for where it cannot run: said before anything starts, not as
+    the trainer's traceback after vLLM is up."""
+    from agora.algos.compute import resolve
+
+    problems = []
+    for agent in cfg.agents:  # frozen agents get a learner too (their adapter is served)
+        prefix = f"agents.{agent.name}" if agent.device else "trainer"
+        try:
+            resolve(cfg.trainer, agent.device, field_prefix=prefix)
+        except ValueError as err:
+            problems.append(str(err))
+    return list(dict.fromkeys(problems))
 
 
 def init_adapter_problem(path: str, rank: int, targets: list[str]) -> str | None:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agora.algos.compute import resolve
 from agora.config import RunConfig
 from agora.envs.support import SupportEnv, support_scores
 from agora.envs.support_agents import SupportOracle
@@ -91,11 +92,13 @@ def train_support_sft(cfg: RunConfig, examples: list[dict], out: Path, stage: Tr
         raise ValueError("no SFT examples: the oracle solved no episode")
     agent = cfg.agents[0]
     model_name = cfg.models[agent.base].model
-    model, tokenizer = load_base(resolve_model(model_name))
+    placement = resolve(cfg.trainer, agent.device)
+    model, tokenizer = load_base(resolve_model(model_name), placement)
     history: list[dict] = []
     started = time.monotonic()
     with scratch_dir() as scratch, torch_threads(stage.threads):
-        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed), completion_only_loss=True)
+        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement),
+                         completion_only_loss=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                              processing_class=tokenizer, peft_config=lora_config(agent),
                              callbacks=[log_callback(log, history, "support sft")])

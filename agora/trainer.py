@@ -30,6 +30,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, start_http_server
 
+from agora.algos.compute import resolve
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import RunConfig
 from agora.curriculum.tracker import CurriculumTracker
@@ -113,11 +114,17 @@ class Trainer:
 
     def setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.cfg.ppo.pin_cpus:
-            pinned = pin_to_last_cpus(self.cfg.ppo.torch_threads)
-            log.info("trainer pinned to CPUs %s", pinned)
-        if self.cfg.ppo.nice:
-            os.nice(self.cfg.ppo.nice)
+        placements = {a.name: resolve(self.cfg.trainer, a.device) for a in self.cfg.agents}
+        log.info("learners on %s", {n: f"{p.device} {p.dtype} {p.attn_implementation}"
+                                    for n, p in placements.items()})
+        # CPU pinning and niceness keep a CPU learner out of vLLM's way on a shared machine; a
+        # learner on a GPU needs its host thread to feed the GPU at full speed instead.
+        if all(p.on_cpu for p in placements.values()):
+            if self.cfg.ppo.pin_cpus:
+                pinned = pin_to_last_cpus(self.cfg.ppo.torch_threads)
+                log.info("trainer pinned to CPUs %s", pinned)
+            if self.cfg.ppo.nice:
+                os.nice(self.cfg.ppo.nice)
         if self.serve_metrics:
             # Its own fail-fast client: a scrape while Redis restarts gets no sample at once
             # instead of waiting out the trainer's retries.
@@ -133,7 +140,8 @@ class Trainer:
             path = resolve_model(self.cfg.models[agent.base].model)
             # Frozen agents get a learner too (zero-initialised LoRA = the base model) so that
             # every agent is an adapter name on its server; it is just never updated.
-            self.learners[agent.name] = PPOLearner(path, agent, self.cfg.ppo, seed=self.cfg.seed)
+            self.learners[agent.name] = PPOLearner(path, agent, self.cfg.ppo, seed=self.cfg.seed,
+                                                   placement=placements[agent.name])
             self.recent[agent.name] = defaultdict(lambda: deque(maxlen=100))
         checkpoint = self.latest_checkpoint() if self.resume else None
         if checkpoint is not None:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agora.algos.compute import ComputeConfig, resolve
 from agora.verifiers.learned import DEFAULT_MAX_LENGTH
 from agora.verifiers.learned_data import (
     BucketCounts,
@@ -126,21 +127,29 @@ def train_cmd(
     max_steps: int = typer.Option(None, min=1, help="stop after this many steps"),
     seed: int = typer.Option(0),
     threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N, as trainer.device"),
+    dtype: str = typer.Option("auto", help="auto | bf16 | fp16 | fp32, as trainer.dtype"),
 ) -> None:
     """Train a 1-logit sequence classifier with TRL's RewardTrainer on (right, wrong) answer
-    pairs (same question where possible, else same difficulty), on CPU; print pair accuracy
-    on the training pairs and on held-out questions."""
+    pairs (same question where possible, else same difficulty), on --device; print pair
+    accuracy on the training pairs and on held-out questions."""
     from agora.verifiers.learned_train import (
         MAX_TRAIN_ACCURACY_PAIRS,
         TrainOptions,
         train_verifier,
     )
 
+    try:  # checked before any data is read or model loaded
+        compute = ComputeConfig(device=device, dtype=dtype)
+        resolve(compute, field_prefix="verifier train")
+    except ValueError as err:  # pydantic's ValidationError is one
+        raise _fail(ValueError(f"--device / --dtype: {err}")) from None
     try:
         rows = read_rows(data)
         opts = TrainOptions(model=model, out=out, epochs=epochs, lr=lr, max_length=max_length,
                             batch_size=batch_size, eval_fraction=eval_fraction, seed=seed,
-                            lora_rank=lora_rank, max_steps=max_steps, threads=threads)
+                            lora_rank=lora_rank, max_steps=max_steps, threads=threads,
+                            compute=compute)
         report = train_verifier(rows, opts, log=console.print)
     except (DataError, FileNotFoundError) as err:
         raise _fail(err) from None

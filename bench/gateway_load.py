@@ -300,7 +300,7 @@ def load_agent_adapter(stack, cfg, model: str) -> None:
     from agora.models import resolve_model
     from agora.policy_client import PolicyAdmin
 
-    learner = PPOLearner(resolve_model(model), cfg.agent(AGENT), cfg.ppo)
+    learner = PPOLearner(resolve_model(model), cfg.agent(AGENT), cfg.ppo, compute=cfg.trainer)
     path = learner.save_adapter(stack.run_dir / "adapter")
     del learner
     PolicyAdmin(cfg.policy_url(AGENT)).load_adapter(AGENT, str(path))

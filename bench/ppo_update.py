@@ -1,28 +1,45 @@
-"""PPO update throughput (tokens/s) on real Tic-Tac-Toe turns, against two baselines from the
-same run:
+"""PPO update throughput (tokens/s), on any device, against baselines from the same run:
 
-* floor: one plain forward + backward of the adapter over the same sequences (what any
-  LoRA trainer must pay at least once per update; our update also pays a no-grad reference pass);
-* no-sharing: the same PPO update with the shared-prefix forward switched off.
+* floor: one plain forward + backward of the adapter over the same sequences, in one batched
+  forward under the same autocast as the update (what any LoRA trainer must pay at least once
+  per update; our update also pays a no-grad reference pass);
+* the update with the shared-prompt-prefix forward forced on and forced off, beside the one
+  ``trainer.shared_prefix: auto`` picks on this device;
+* on a GPU: the share of the update's wall time the GPU is busy (torch.profiler kernel time)
+  and the peak memory.
 
-    .venv/bin/python bench/ppo_update.py [--config configs/tictactoe_selfplay.yaml] [--turns 32]
+``--sweep`` measures the shared-prefix speed-up against the share of tokens the prefix saves
+(synthetic turns), which is where ``shared_prefix.MIN_SAVED_SHARE`` comes from.
+
+    .venv/bin/python bench/ppo_update.py [--device auto] [--dtype auto]
+        [--model-shape config|135m|0.5b|1.5b] [--set ttt32|ttt64|long64] [--compile] [--sweep]
+
+``--model-shape config`` is the config's own model (SmolLM2-135M-Instruct here); the other
+shapes are random weights built from a config (bench/model_shapes.py), no download.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import resource
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from model_shapes import SHAPES, shape_model, top_half_layers
 from results import append_section, markdown_table
 
 from agora.algos import shared_prefix
-from agora.algos.ppo import PPOLearner, TurnSample, collate
+from agora.algos.batch import collate
+from agora.algos.compute import ComputeConfig
+from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import load_config
 from agora.envs.tictactoe import TicTacToe
 from agora.models import resolve_model
+
+SETS = {"ttt32": ("tictactoe", 32), "ttt64": ("tictactoe", 64), "long64": ("long", 64)}
 
 
 def tictactoe_turns(learner: PPOLearner, n: int, prefill: str) -> list[TurnSample]:
@@ -46,58 +63,177 @@ def tictactoe_turns(learner: PPOLearner, n: int, prefill: str) -> list[TurnSampl
     return turns
 
 
+def synthetic_turns(learner: PPOLearner, n: int, tokens: int, shared_share: float,
+                    completion: int = 8) -> list[TurnSample]:
+    """``n`` turns of ~``tokens`` tokens whose first ``shared_share`` of the prompt is the same
+    instructions and the rest differs per turn (a long observation), with random completions."""
+    rng = torch.Generator().manual_seed(1)
+    low, high = 1000, len(learner.tokenizer) - 1  # clear of the special tokens
+
+    def draw(k: int) -> list[int]:
+        return torch.randint(low, high, (k,), generator=rng).tolist()
+
+    prompt_len = tokens - completion
+    shared = draw(round(prompt_len * shared_share))
+    turns = []
+    for i in range(n):
+        sample = TurnSample(shared + draw(prompt_len - len(shared) + i % 5), draw(completion),
+                            [], float(i % 3 - 1))
+        sample.behaviour_logprobs = learner.sequence_logprobs(sample)
+        turns.append(sample)
+    return turns
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+
+
 def floor_step(learner: PPOLearner, turns: list[TurnSample]) -> None:
-    batch = collate(turns, learner.pad_id)
-    body = learner.model.get_base_model().model
-    hidden = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-    logp, _ = learner._logprobs(hidden[batch.seq_of_token, batch.pred_pos], batch.labels)
+    batch = collate(turns, learner.pad_id).to(learner.device)
+    with learner._autocast():
+        hidden = learner._body(input_ids=batch.input_ids,
+                               attention_mask=batch.attention_mask).last_hidden_state
+        logp, _ = learner._logprobs(hidden[batch.seq_of_token, batch.pred_pos].float(),
+                                    batch.labels)
     learner.model.zero_grad(set_to_none=True)
     (-logp.mean()).backward()
 
 
-def timed(fn, repeats: int) -> float:
+def timed(fn, repeats: int, device: torch.device = torch.device("cpu")) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         fn()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
+def with_sharing(learner: PPOLearner, mode: str) -> PPOLearner:
+    learner.placement = dataclasses.replace(learner.placement, shared_prefix=mode)
+    return learner
+
+
+def gpu_busy_share(learner: PPOLearner, turns: list[TurnSample]) -> float | None:
+    """Kernel time / wall time of one update (None on the CPU)."""
+    if learner.device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(learner.device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        learner.update(turns)
+        synchronize(learner.device)
+        wall = time.perf_counter() - start
+    kernels_us = sum(e.self_device_time_total for e in prof.key_averages()
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    return kernels_us / 1e6 / wall
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # process peak (KiB)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {torch.get_num_threads()} thread(s)"
+
+
+def build_learner(args, cfg) -> tuple[PPOLearner, str]:
+    agent = cfg.trainable_agents[0]
+    if args.model_shape == "config":
+        model_name = cfg.models[agent.base].model
+        path = resolve_model(model_name)
+    else:
+        model_name = f"{args.model_shape} shape, random weights"
+        path = str(shape_model(args.model_shape))
+        agent = agent.model_copy(update={"lora_layers": top_half_layers(path)})
+    compute = ComputeConfig(device=args.device, dtype=args.dtype, compile=args.compile)
+    return PPOLearner(path, agent, cfg.ppo, compute=compute), model_name
+
+
+def sweep(learner: PPOLearner, repeats: int) -> list[list[str]]:
+    rows = []
+    for share in (0.05, 0.1, 0.2, 0.4, 0.6):
+        turns = synthetic_turns(learner, 32, 160, share)
+        on = timed(lambda t=turns: with_sharing(learner, "on").update(t), repeats, learner.device)
+        off = timed(lambda t=turns: with_sharing(learner, "off").update(t), repeats,
+                    learner.device)
+        groups = shared_prefix.prefix_groups([t.prompt_ids for t in turns])
+        saved = shared_prefix.saved_share(groups, [len(t.prompt_ids) + len(t.completion_ids)
+                                                   for t in turns])
+        rows.append([f"{share:.2f}", f"{saved:.2f}", f"{off:.3f}", f"{on:.3f}",
+                     f"{off / on:.2f}x"])
+        print("shared prompt share {} (tokens saved {}): off {} s, on {} s, speed-up {}".format(
+            *rows[-1]))
+    return rows
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=Path("configs/tictactoe_selfplay.yaml"))
-    parser.add_argument("--turns", type=int, default=32)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    parser.add_argument("--model-shape", default="config", choices=["config", *SHAPES])
+    parser.add_argument("--set", default="ttt32", choices=list(SETS))
+    parser.add_argument("--turns", type=int, help="override the set's number of turns")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="trainer.compile: true")
+    parser.add_argument("--sweep", action="store_true",
+                        help="shared-prefix speed-up vs tokens saved, instead of the table")
     args = parser.parse_args()
     cfg = load_config(args.config)
-    agent = cfg.trainable_agents[0]
-    learner = PPOLearner(resolve_model(cfg.models[agent.base].model), agent, cfg.ppo)
-    turns = tictactoe_turns(learner, args.turns, cfg.environment.prefill)
-    tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
-    print(f"{len(turns)} turns, {tokens} tokens, {torch.get_num_threads()} thread(s)")
+    learner, model_name = build_learner(args, cfg)
+    device = learner.device
+    where = (f"{device_name(device)}, weights {learner.placement.weights_dtype}, autocast "
+             f"{learner.placement.dtype}, attention {learner.placement.attn_implementation}"
+             f"{', torch.compile' if args.compile else ''}")
+    if args.sweep:
+        rows = sweep(learner, args.repeats)
+        append_section("ppo_update.py --sweep", f"Model `{model_name}` on {where}; 32 "
+                       f"synthetic turns of ~160 tokens, median of {args.repeats}.\n\n"
+                       + markdown_table(["shared prompt share", "tokens saved", "no sharing s",
+                                         "sharing s", "speed-up"], rows))
+        return
 
-    results = {"floor (fwd+bwd)": timed(lambda: floor_step(learner, turns), args.repeats)}
-    results["PPO update, shared prefix"] = timed(lambda: learner.update(turns), args.repeats)
-    saved = shared_prefix.MIN_SHARED_TOKENS
-    shared_prefix.MIN_SHARED_TOKENS = 10**9
-    results["PPO update, no sharing"] = timed(lambda: learner.update(turns), args.repeats)
-    shared_prefix.MIN_SHARED_TOKENS = saved
+    kind, count = SETS[args.set]
+    count = args.turns or count
+    turns = (tictactoe_turns(learner, count, cfg.environment.prefill) if kind == "tictactoe"
+             else synthetic_turns(learner, count, 270, 0.4))
+    tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
+    print(f"{model_name} on {where}: {len(turns)} turns, {tokens} tokens")
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    results = {"floor (fwd+bwd)": timed(lambda: floor_step(learner, turns), args.repeats,
+                                        device)}
+    for mode in ("auto", "on", "off"):
+        results[f"PPO update, sharing {mode}"] = timed(
+            lambda m=mode: with_sharing(learner, m).update(turns), args.repeats, device)
+    busy = gpu_busy_share(with_sharing(learner, "auto"), turns)
+    peak = peak_memory_gib(device)
 
     floor = results["floor (fwd+bwd)"]
     print(f"{'step':28} {'seconds':>8} {'tokens/s':>9} {'vs floor':>9}")
     for name, seconds in results.items():
-        print(f"{name:28} {seconds:8.2f} {tokens / seconds:9.0f} {floor / seconds:8.2f}x")
-    speedup = results["PPO update, no sharing"] / results["PPO update, shared prefix"]
-    print(f"shared prefix speed-up: {speedup:.2f}x")
-    rows = [[name, f"{seconds:.2f}", f"{tokens / seconds:.0f}", f"{floor / seconds:.2f}x"]
+        print(f"{name:28} {seconds:8.3f} {tokens / seconds:9.0f} {floor / seconds:8.2f}x")
+    speedup = results["PPO update, sharing off"] / results["PPO update, sharing on"]
+    extra = f"shared prefix speed-up: {speedup:.2f}x; peak memory {peak:.1f} GiB" + (
+        "" if busy is None else f"; GPU busy {busy:.0%} of an update")
+    print(extra)
+    rows = [[name, f"{seconds:.3f}", f"{tokens / seconds:.0f}", f"{floor / seconds:.2f}x"]
             for name, seconds in results.items()]
-    append_section("ppo_update.py", f"Model `{cfg.models[agent.base].model}`, {len(turns)} "
-                   f"turns, {tokens} tokens, {torch.get_num_threads()} thread(s), median of "
-                   f"{args.repeats}.\n\n"
+    append_section("ppo_update.py", f"Model `{model_name}` on {where}; set {args.set}: "
+                   f"{len(turns)} turns, {tokens} tokens; median of {args.repeats}.\n\n"
                    f"{markdown_table(['step', 'seconds', 'tokens/s', 'vs floor'], rows)}\n\n"
-                   f"shared prefix speed-up: {speedup:.2f}x")
+                   f"{extra}")
 
 
 if __name__ == "__main__":

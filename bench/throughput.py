@@ -99,7 +99,8 @@ def main() -> None:
         from agora.models import resolve_model
         from agora.policy_client import PolicyAdmin
 
-        learner = PPOLearner(resolve_model(args.model), cfg.agent("player"), cfg.ppo)
+        learner = PPOLearner(resolve_model(args.model), cfg.agent("player"), cfg.ppo,
+                             compute=cfg.trainer)
         PolicyAdmin(cfg.policy_url("player")).load_adapter(
             "player", str(learner.save_adapter(stack.run_dir / "adapter")))
         rng = random.Random(0)

@@ -4,6 +4,10 @@ same model, the same Tic-Tac-Toe prompts (bench/ppo_update.py's), the same batch
 the same LoRA (rank, alpha, target modules, layers), in one process with the same torch threads.
 
     .venv/bin/python bench/trl_ppo.py [--model smollm2-135m] [--turns 32] [--repeats 3]
+        [--device auto|cpu|cuda] [--dtype auto|bf16|fp16|fp32] [--model-shape 135m|0.5b|1.5b]
+
+Both trainers run on the same ``--device`` in the same precision (``agora.algos.compute``
+resolves it once; TRL gets the matching ``use_cpu``/``bf16``/``fp16`` and model dtype).
 
 Which TRL: the installed TRL (1.16) no longer has a PPOTrainer: TRL 1.10 moved it to
 ``trl.experimental.ppo`` (huggingface/trl#4482) and huggingface/trl#7020 deleted it; 1.12.0 is
@@ -53,9 +57,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from ppo_update import tictactoe_turns, timed
+from model_shapes import SHAPES, shape_model, top_half_layers
+from ppo_update import synchronize, tictactoe_turns, timed
 from results import ROOT, append_section, markdown_table
 
+from agora.algos.compute import ComputeConfig, Placement
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import AgentConfig, PPOConfig, load_config
 from agora.models import resolve_model
@@ -106,6 +112,7 @@ class TrlTimer:
     """Wraps the module functions TRL's monolithic ``train`` calls, to split each update."""
 
     module: object
+    device: torch.device
     updates: list[TrlUpdate] = field(default_factory=list)
 
     def install(self, trainer) -> None:
@@ -120,12 +127,14 @@ class TrlTimer:
             if model is trainer.model:  # the training forward (rollout ones pass sub-models)
                 update = self.updates[-1]
                 if update.first_train_forward is None:
+                    synchronize(self.device)  # the rollout phase's GPU work is not counted
                     update.first_train_forward = time.perf_counter()
                 update.tokens += int((query_responses != pad_token_id).sum())
                 update.padded_tokens += query_responses.numel()
             return forward(model, query_responses, pad_token_id)
 
         def timed_log(*args, **kwargs):
+            synchronize(self.device)
             self.updates[-1].logged = time.perf_counter()
             return log(*args, **kwargs)
 
@@ -135,7 +144,8 @@ class TrlTimer:
 
 
 def trl_trainer(ppo_trainer, model_path: str, agent: AgentConfig, ppo: PPOConfig,
-                turns: list[TurnSample], steps: int, train_value_backbone: bool, out: Path):
+                turns: list[TurnSample], steps: int, train_value_backbone: bool, out: Path,
+                placement: Placement):
     """TRL's PPOTrainer set up like our learner: same LoRA, batch, epochs, clip, lr, gamma."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -144,11 +154,12 @@ def trl_trainer(ppo_trainer, model_path: str, agent: AgentConfig, ppo: PPOConfig
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    weights = placement.model_kwargs()
+    policy = AutoModelForCausalLM.from_pretrained(model_path, **weights)
     value = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1,
-                                                               dtype=torch.float32)
+                                                               **weights)
     reward = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1,
-                                                                dtype=torch.float32)
+                                                                **weights)
     for model in (value, reward):
         model.config.pad_token_id = tokenizer.pad_token_id
     if not train_value_backbone:
@@ -156,7 +167,7 @@ def trl_trainer(ppo_trainer, model_path: str, agent: AgentConfig, ppo: PPOConfig
             param.requires_grad = name.startswith("score")
     batch = len(turns)
     config = ppo_trainer.PPOConfig(
-        output_dir=str(out), report_to="none", save_strategy="no", use_cpu=True, bf16=False,
+        output_dir=str(out), report_to="none", save_strategy="no", **placement.trl_args(),
         disable_tqdm=True, seed=0, per_device_train_batch_size=batch,
         gradient_accumulation_steps=1, num_mini_batches=1, num_ppo_epochs=ppo.epochs,
         local_rollout_forward_batch_size=batch, total_episodes=batch * steps,
@@ -196,6 +207,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-value-backbone", action="store_true",
                         help="TRL's default critic: the whole value model trains")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    parser.add_argument("--model-shape", choices=list(SHAPES),
+                        help="random weights of this size instead of --model")
     args = parser.parse_args()
     for name in ("turns", "repeats"):
         if getattr(args, name) <= 0:
@@ -203,18 +218,26 @@ def main() -> None:
     ppo_trainer = import_legacy_trl()
 
     cfg = load_config(args.config)
-    model_path = resolve_model(args.model)
-    agent = lora_layers_within(cfg.trainable_agents[0], model_path)
-    learner = PPOLearner(model_path, agent, cfg.ppo)
+    if args.model_shape:
+        model_path = str(shape_model(args.model_shape))
+        args.model = f"{args.model_shape} shape, random weights"
+        agent = cfg.trainable_agents[0].model_copy(
+            update={"lora_layers": top_half_layers(model_path)})
+    else:
+        model_path = resolve_model(args.model)
+        agent = lora_layers_within(cfg.trainable_agents[0], model_path)
+    learner = PPOLearner(model_path, agent, cfg.ppo,
+                         compute=ComputeConfig(device=args.device, dtype=args.dtype))
+    placement = learner.placement
     turns = tictactoe_turns(learner, args.turns, cfg.environment.prefill)
     ours_tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
-    ours_s = timed(lambda: learner.update(turns), args.repeats)
+    ours_s = timed(lambda: learner.update(turns), args.repeats, placement.device)
     threads = torch.get_num_threads()
 
     trainer = trl_trainer(ppo_trainer, model_path, agent, cfg.ppo, turns, 1 + args.repeats,
-                          args.train_value_backbone, Path(tempfile.mkdtemp()))
+                          args.train_value_backbone, Path(tempfile.mkdtemp()), placement)
     torch.set_num_threads(threads)  # same threads as ours, whatever TRL's setup did
-    timer = TrlTimer(ppo_trainer)
+    timer = TrlTimer(ppo_trainer, placement.device)
     timer.install(trainer)
     trainer.train()
     measured = timer.updates[1:]  # the first one is the warm-up, as for ours
@@ -232,8 +255,9 @@ def main() -> None:
               else f"{min(agent.lora_layers)}-{max(agent.lora_layers)}")
     setup = (f"Model `{args.model}`, {len(turns)} Tic-Tac-Toe turns per update, one minibatch, "
              f"{cfg.ppo.epochs} epoch(s), LoRA r={agent.lora_rank} alpha={agent.lora_alpha} on "
-             f"{'/'.join(agent.lora_targets)}, layers {layers}, fp32, {threads} torch "
-             f"thread(s); TRL {LEGACY_TRL} experimental PPOTrainer; "
+             f"{'/'.join(agent.lora_targets)}, layers {layers}, on {placement.device} "
+             f"(weights {placement.weights_dtype}, autocast {placement.dtype}), {threads} "
+             f"torch thread(s); TRL {LEGACY_TRL} experimental PPOTrainer; "
              f"{critic}; median of {args.repeats} after a warm-up.")
     header = ["trainer step", "seconds", "tokens", "tokens/s"]
     rows = [

@@ -10,8 +10,12 @@ import psutil
 import redis
 import yaml
 
+from agora.algos.compute import ComputeConfig
 from agora.config import RunConfig, parse_config
 from agora.procs import free_port
+
+# The learner's placement of unit tests: fp32 on the CPU, whatever the machine's bf16 support.
+FP32 = ComputeConfig(device="cpu", dtype="fp32")
 
 
 def tiny_config(**overrides) -> RunConfig:
@@ -25,8 +29,10 @@ def tiny_config(**overrides) -> RunConfig:
                     "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}],
         "environment": {"name": "tictactoe", "seats": ["player", "player"],
                         "opponents": {"self": 0.5, "random": 0.5}},
-        "ppo": {"batch_turns": 8, "minibatch_turns": 8, "max_updates": 3, "bf16": False,
+        "ppo": {"batch_turns": 8, "minibatch_turns": 8, "max_updates": 3,
                 "torch_threads": 1},
+        # fp32 on the CPU wherever the suite runs: logprobs are compared with vLLM's fp32.
+        "trainer": {"device": "cpu", "dtype": "fp32"},
         "workers": {"count": 1, "concurrency": 4, "queue_ahead": 8, "visibility_timeout": 8,
                     "metrics_port": free_port()},
         "services": {"redis_port": free_port(), "reward_port": free_port(),

@@ -357,6 +357,17 @@ def test_service_dockerfiles_match_compose(projects, name):
     assert parsed.get("USER", ["agora"])[-1] == ("root" if name == "reward" else "agora")
 
 
+def test_the_gpu_trainer_image_installs_flash_attn(projects):
+    gpu, cpu = projects["gpu"]["services"]["trainer"], projects["cpu"]["services"]["trainer-cpu"]
+    assert gpu["build"]["args"] == {"FLASH_ATTN_SPEC": "flash-attn"}
+    assert not cpu["build"].get("args") and cpu["image"] != gpu["image"]
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    parsed = dockerfile(ROOT / "services/trainer/Dockerfile")
+    assert "FLASH_ATTN_SPEC=" in parsed["ARG"] and parsed["USER"][-1] == "agora"
+    install = next(r for r in parsed["RUN"] if "FLASH_ATTN_SPEC" in r)
+    assert "--no-build-isolation" in install  # flash-attn builds against the image's torch
+
+
 def test_base_and_policy_dockerfiles(projects):
     base = dockerfile(ROOT / "services/base.Dockerfile")
     bootstrap = (ROOT / "scripts/bootstrap.sh").read_text()

@@ -139,7 +139,7 @@ def test_tiny_random_agents_discuss_through_vllm_into_the_stream(
     cfg = _discussion_config(reward_url, redis_url, int(url.rsplit(":", 1)[1]))
     admin = PolicyAdmin(url)
     for name in ("alice", "bob"):
-        learner = PPOLearner(tiny_model, cfg.agent(name), cfg.ppo)
+        learner = PPOLearner(tiny_model, cfg.agent(name), cfg.ppo, compute=cfg.trainer)
         admin.load_adapter(name, str(learner.save_adapter(tmp_path / name)))
     run_id = f"disc-{uuid.uuid4().hex[:6]}"
     payload = episode_payload(cfg, run_id, 1, random.Random(0), redis_url, _task())

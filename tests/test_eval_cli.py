@@ -48,7 +48,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def learner(tiny_model) -> PPOLearner:
     cfg = tiny_config()
-    return PPOLearner(tiny_model, cfg.agents[0], cfg.ppo, seed=0)
+    return PPOLearner(tiny_model, cfg.agents[0], cfg.ppo, seed=0, compute=cfg.trainer)
 
 
 def save_versions(learner: PPOLearner, run_dir: Path, agents: list[str], count: int) -> None:

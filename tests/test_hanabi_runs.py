@@ -207,7 +207,7 @@ def test_tiny_random_learner_plays_hanabi_through_the_queue_task_and_eval(
     )
     run_id = f"hanabi-{uuid.uuid4().hex[:6]}"
     # Serve the learner's version 0 (a fresh LoRA = the base model) under the agent's name.
-    learner = PPOLearner(tiny_model, cfg.agent("learner"), cfg.ppo)
+    learner = PPOLearner(tiny_model, cfg.agent("learner"), cfg.ppo, compute=cfg.trainer)
     path = learner.save_adapter(adapter_dir(tmp_path, "learner", 0))
     PolicyAdmin(cfg.policy_url("learner")).load_adapter("learner", str(path))
 

@@ -251,6 +251,9 @@ def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
                 if name in ("policy", "judge-model"):
                     cuda = container["image"].startswith("vllm/vllm-openai:")
                     assert cuda == (variant == "gpu"), container["image"]
+                if name == "trainer":  # the image built with flash-attn
+                    gpu_image = container["image"].startswith("agora-trainer-gpu")
+                    assert gpu_image == (variant == "gpu"), container["image"]
 
 
 def test_rollout_autoscales_on_queue_depth(built):

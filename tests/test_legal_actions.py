@@ -26,7 +26,7 @@ from agora.records import EpisodeRecord
 from agora.rollout.tasks import episode_payload, play
 from agora.stream import EpisodeStream
 from agora.weight_sync import adapter_dir
-from tests.stack_helpers import session_servers_config
+from tests.stack_helpers import FP32, session_servers_config
 
 LOGPROB_ATOL = 2e-3  # as tests/test_policy_vllm.py: fp32 on both sides
 
@@ -42,7 +42,8 @@ def hanabi_midgame(seed: int = 3, moves: int = 4) -> Hanabi:
 
 def perturbed_learner(tiny_model: str) -> PPOLearner:
     agent = AgentConfig(name="hanabi", base="m", lora_rank=8, lora_alpha=16)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(bf16=False, torch_threads=1), seed=4)
+    learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), seed=4,
+                         compute=FP32)
     gen = torch.Generator().manual_seed(4)
     with torch.no_grad():
         for name, param in learner.model.named_parameters():
@@ -130,10 +131,10 @@ def test_legal_only_hanabi_episodes_are_all_legal_and_train_at_ratio_one(
                  "sampling": {"max_tokens": 40, "stop": ["\n"], "legal_actions_only": True}}],
         environment={"name": "hanabi", "seats": ["player", "player"], "prefill": "[",
                      "opponents": {"self": 1.0}},
-        ppo={"pin_cpus": False, "nice": 0, "bf16": False, "kl_coef": 0.0, "epochs": 1,
+        ppo={"pin_cpus": False, "nice": 0, "kl_coef": 0.0, "epochs": 1,
              "batch_turns": 8, "minibatch_turns": 8},
     )
-    learner = PPOLearner(tiny_model, cfg.agent("player"), cfg.ppo)
+    learner = PPOLearner(tiny_model, cfg.agent("player"), cfg.ppo, compute=cfg.trainer)
     path = learner.save_adapter(adapter_dir(tmp_path, "player", 0))
     PolicyAdmin(cfg.policy_url("player")).load_adapter("player", str(path))
 

@@ -16,6 +16,7 @@ import torch
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import AgentConfig, PPOConfig, SamplingConfig
 from agora.policy_client import PolicyAdmin, PolicyClient, PolicyServerError
+from tests.stack_helpers import FP32
 
 LOGPROB_ATOL = 2e-3
 MESSAGES = [
@@ -28,7 +29,8 @@ MESSAGES = [
 def perturbed_learner(tiny_model: str, seed: int, layers: list[int] | None = None
                       ) -> PPOLearner:
     agent = AgentConfig(name="alice", base="m", lora_rank=8, lora_alpha=16, lora_layers=layers)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(bf16=False, torch_threads=1), seed=seed)
+    learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), seed=seed,
+                         compute=FP32)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in learner.model.named_parameters():

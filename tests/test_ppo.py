@@ -5,18 +5,38 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agora.algos.ppo import PPOLearner, TurnSample, collate, gae
+from agora.algos.advantages import gae
+from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config import AgentConfig, PPOConfig
+from tests.stack_helpers import FP32
 
 
-def test_gae_resets_between_sequences_and_matches_hand_computation():
+def _gae_by_hand(rewards, values, gamma, lam):
+    """One turn, walked backwards token by token (the textbook recursion)."""
+    adv, last, next_value = [0.0] * len(rewards), 0.0, 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        last = rewards[t] + gamma * next_value - values[t] + gamma * lam * last
+        adv[t], next_value = last, values[t]
+    return adv
+
+
+def test_gae_resets_between_turns_and_matches_hand_computation():
+    samples = [TurnSample([1], [5, 6], [0.0, 0.0], 1.0), TurnSample([1], [7, 8, 9], [0.0] * 3,
+                                                                      -1.0)]
+    batch = collate(samples, pad_id=0)
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, -1.0])
     values = torch.tensor([0.5, 0.2, 0.1, 0.3, 0.0])
-    seq = torch.tensor([0, 0, 1, 1, 1])
-    adv, ret = gae(rewards, values, seq, gamma=1.0, lam=1.0)
+    adv_grid, ret_grid = gae(batch.to_grid(rewards), batch.to_grid(values), gamma=1.0, lam=1.0)
+    adv, ret = batch.from_grid(adv_grid), batch.from_grid(ret_grid)
     # With gamma = lambda = 1 the advantage is (sum of future rewards in the turn) - V.
     assert torch.allclose(adv, torch.tensor([1.0 - 0.5, 1.0 - 0.2, -1.0 - 0.1, -1.0 - 0.3, -1.0]))
     assert torch.allclose(ret, torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0]))
+    # Discounted, on turns of unequal length: the padded grid gives the per-turn recursion.
+    rewards = torch.randn(5, generator=torch.Generator().manual_seed(0))
+    adv_grid, _ = gae(batch.to_grid(rewards), batch.to_grid(values), gamma=0.9, lam=0.8)
+    want = (_gae_by_hand(rewards[:2].tolist(), values[:2].tolist(), 0.9, 0.8)
+            + _gae_by_hand(rewards[2:].tolist(), values[2:].tolist(), 0.9, 0.8))
+    torch.testing.assert_close(batch.from_grid(adv_grid), torch.tensor(want))
 
 
 def test_collate_points_each_action_at_the_position_that_predicts_it():
@@ -52,8 +72,8 @@ def _bandit_samples(learner: PPOLearner, good: int, bad: int, n: int) -> list[Tu
 def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
     ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, epochs=epochs,
-                    kl_coef=kl_coef, bf16=False, torch_threads=1)
-    learner = PPOLearner(tiny_model, agent, ppo)
+                    kl_coef=kl_coef, torch_threads=1)
+    learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
     tok = learner.tokenizer
     good = tok.encode("A", add_special_tokens=False)[0]
     bad = tok.encode("B", add_special_tokens=False)[0]
@@ -71,8 +91,8 @@ def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
 
 def test_checkpoint_round_trip_restores_adapter_and_optimizer(tiny_model, tmp_path):
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    ppo = PPOConfig(learning_rate=5e-3, minibatch_turns=4, bf16=False, torch_threads=1)
-    learner = PPOLearner(tiny_model, agent, ppo)
+    ppo = PPOConfig(learning_rate=5e-3, minibatch_turns=4, torch_threads=1)
+    learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
     tok = learner.tokenizer
     good, bad = (tok.encode(c, add_special_tokens=False)[0] for c in "AB")
     learner.update(_bandit_samples(learner, good, bad, 4))
@@ -80,7 +100,7 @@ def test_checkpoint_round_trip_restores_adapter_and_optimizer(tiny_model, tmp_pa
     trained = learner.sequence_logprobs(probe)
     learner.save_checkpoint(tmp_path / "ckpt", {"version": 3})
 
-    fresh = PPOLearner(tiny_model, agent, ppo)
+    fresh = PPOLearner(tiny_model, agent, ppo, compute=FP32)
     assert fresh.sequence_logprobs(probe) != trained
     meta = fresh.load_checkpoint(tmp_path / "ckpt")
     assert meta == {"version": 3}
@@ -91,8 +111,8 @@ def test_checkpoint_round_trip_restores_adapter_and_optimizer(tiny_model, tmp_pa
 
 def test_learning_rate_anneals_linearly_over_the_budget(tiny_model):
     agent = AgentConfig(name="a", base="m", lora_rank=4, lora_alpha=8)
-    ppo = PPOConfig(learning_rate=1e-3, final_lr_fraction=0.25, bf16=False)
-    learner = PPOLearner(tiny_model, agent, ppo)
+    ppo = PPOConfig(learning_rate=1e-3, final_lr_fraction=0.25)
+    learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
     assert learner.set_budget_progress(0.0) == pytest.approx(1e-3)
     assert learner.set_budget_progress(0.5) == pytest.approx(6.25e-4)
     assert learner.set_budget_progress(1.0) == pytest.approx(2.5e-4)
@@ -101,5 +121,6 @@ def test_learning_rate_anneals_linearly_over_the_budget(tiny_model):
     good, bad = (tok.encode(c, add_special_tokens=False)[0] for c in "AB")
     stats = learner.update(_bandit_samples(learner, good, bad, 4))
     assert stats["lr"] == pytest.approx(2.5e-4)  # the optimizer really stepped with it
-    constant = PPOLearner(tiny_model, agent, PPOConfig(learning_rate=1e-3, bf16=False))
+    constant = PPOLearner(tiny_model, agent, PPOConfig(learning_rate=1e-3),
+                          compute=FP32)
     assert constant.set_budget_progress(0.9) == pytest.approx(1e-3)

@@ -28,6 +28,7 @@ from fastapi import FastAPI
 from peft import PeftModel
 from typer.testing import CliRunner
 
+from agora.algos.compute import resolve
 from agora.cli import app
 from agora.models import TINY_RANDOM, resolve_model
 from agora.reflection.config import load_reflection_config
@@ -351,7 +352,7 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
         sft_w, dpo_w = lora_weights(run / "sft" / role), lora_weights(dpo_dir)
         assert sft_w.keys() == dpo_w.keys()
         assert any(not sft_w[k].equal(dpo_w[k]) for k in sft_w)
-    base, _ = load_base(resolve_model(TINY_RANDOM))  # a saved adapter loads with PEFT
+    base, _ = load_base(resolve_model(TINY_RANDOM), resolve(cfg.trainer))  # PEFT loads it
     assert PeftModel.from_pretrained(base, str(run / "dpo" / "critic")).peft_config[
         "default"].target_modules == {"q_proj", "v_proj"}
 

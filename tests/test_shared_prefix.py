@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from agora.algos import shared_prefix
 from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config import AgentConfig, PPOConfig
 from agora.envs.tictactoe import TicTacToe
+from tests.stack_helpers import FP32
 
 
 def test_prefix_groups_split_on_the_role_token_and_stop_before_the_shortest_prompt():
@@ -29,7 +32,7 @@ def test_prefix_groups_split_on_the_role_token_and_stop_before_the_shortest_prom
 
 def _learner(tiny_model) -> PPOLearner:
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(bf16=False, torch_threads=1))
+    learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), compute=FP32)
     with torch.no_grad():  # a non-zero adapter, so the prefix's keys/values depend on it
         for p in learner.policy_params:
             p.add_(torch.randn_like(p) * 0.05)
@@ -72,6 +75,7 @@ def test_shared_prefix_forward_matches_plain_forward_values_and_gradients(tiny_m
         loss.backward()
         return hidden.detach(), [p.grad.clone() for p in learner.policy_params]
 
+    learner.placement = dataclasses.replace(learner.placement, shared_prefix="on")
     shared_hidden, shared_grads = loss_and_grads(learner._action_hidden(batch))
     plain_hidden, plain_grads = loss_and_grads(_plain_action_hidden(learner, batch))
     assert shared_hidden.shape == plain_hidden.shape
@@ -83,9 +87,11 @@ def test_shared_prefix_forward_matches_plain_forward_values_and_gradients(tiny_m
 def test_minibatch_rows_select_their_own_tokens_in_flat_order(tiny_model):
     learner = _learner(tiny_model)
     batch = collate(_tictactoe_turns(learner, 10), learner.pad_id)
-    rows = torch.tensor([7, 2, 5])
+    rows = [7, 2, 5]
     with torch.no_grad():
         every = _plain_action_hidden(learner, batch)
-        some = learner._action_hidden(batch, rows)
-    selected = torch.isin(batch.seq_of_token, rows)
-    torch.testing.assert_close(some, every[selected], atol=1e-4, rtol=1e-4)
+        for mode in ("on", "off"):
+            learner.placement = dataclasses.replace(learner.placement, shared_prefix=mode)
+            some = learner._action_hidden(batch, rows)
+            selected = torch.isin(batch.seq_of_token, torch.tensor(rows))
+            torch.testing.assert_close(some, every[selected], atol=1e-4, rtol=1e-4)

@@ -32,7 +32,7 @@ def support_cfg(vllm_port: int = 8100, **agent):
                      "opponents": {"self": 1.0},
                      "support": {"levels": [1], "max_turns": 4, "history": 2,
                                  "result_chars": 120}},
-        ppo={"pin_cpus": False, "nice": 0, "bf16": False},
+        ppo={"pin_cpus": False, "nice": 0}, trainer={"dtype": "fp32"},
     )
 
 
@@ -77,17 +77,17 @@ def test_sft_adapter_imitates_the_oracle_starts_ppo_and_is_served(
     cfg = support_cfg(port)
     examples = oracle_examples(cfg, episodes=6, levels=[1])
     stage = TrainStageConfig(learning_rate=5e-3, epochs=30, batch_size=4, max_steps=40,
-                             threads=2, max_length=512, bf16=False, logging_steps=5)
+                             threads=2, max_length=512, logging_steps=5)
     out = tmp_path / "sft"
     summary = train_support_sft(cfg, examples, out, stage, log=lambda _: None)
     assert summary["steps"] == 40 and summary["final_loss"] < summary["first_loss"]
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 8
 
     # PPO starts from it: the learner's first policy is the SFT adapter, not the base.
-    fresh = PPOLearner(tiny_model, cfg.agents[0], cfg.ppo)
+    fresh = PPOLearner(tiny_model, cfg.agents[0], cfg.ppo, compute=cfg.trainer)
     warm_cfg = support_cfg(port, init_adapter=str(out))
     assert model_problems(warm_cfg) == []
-    warm = PPOLearner(tiny_model, warm_cfg.agents[0], warm_cfg.ppo)
+    warm = PPOLearner(tiny_model, warm_cfg.agents[0], warm_cfg.ppo, compute=warm_cfg.trainer)
     gained = [_completion_logprob(warm, e) - _completion_logprob(fresh, e) for e in examples[:6]]
     assert min(gained) > 0.5, gained  # nats per token: the oracle's turns became likely
 

@@ -23,14 +23,20 @@ Per update:
 
 Memory: logits are computed only at completion positions (a few tokens per turn), never over the
 whole 49k-token vocabulary at every prompt position.
+
+Device: the learner lives on one device (``trainer.device``, agora/algos/compute.py). The batch
+is laid out on the host once with every index the update needs (agora/algos/batch.py), so the
+update itself only gathers on the device and reads back to the host once per optimizer step
+(the finite-gradient check) and once for its statistics: on a GPU each read-back stalls the
+launch queue (docs/training-on-gpus.md).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,114 +44,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from agora.algos import shared_prefix
+from agora.algos.advantages import gae, masked_whiten, whiten_by_group
+from agora.algos.batch import Batch, TurnSample, collate
+from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.config import AgentConfig, PPOConfig
-from agora.hardware import cpu_has_fast_bf16
 
-
-@dataclass
-class TurnSample:
-    """One agent turn, as the trainer learns from it."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    behaviour_logprobs: list[float]
-    reward: float
-    version: int = 0
-    role: str = ""
-    # Legal-action decoding: the completions vLLM restricted this turn to (None: free text).
-    choices: list[str] | None = None
-
-
-@dataclass
-class Batch:
-    input_ids: torch.Tensor  # [B, T] right-padded
-    attention_mask: torch.Tensor  # [B, T]
-    prompts: list[list[int]]  # each turn's prompt tokens (to find shared prefixes)
-    pred_pos: torch.Tensor  # [N] position (within its row) of the logits predicting each action
-    labels: torch.Tensor  # [N] the action token ids
-    seq_of_token: torch.Tensor  # [N] which sample each action token belongs to
-    behaviour_logprobs: torch.Tensor  # [N]
-    rewards: torch.Tensor  # [B]
-    # [N, vocab] tokens each action could have been (legal-action decoding); None: any token.
-    allowed: torch.Tensor | None = None
-
-
-def collate(samples: list[TurnSample], pad_id: int,
-            masks: list[torch.Tensor | None] | None = None) -> Batch:
-    """Right-padded rows plus the flat per-action-token views. ``masks`` (one per sample, from
-    ``action_mask.ChoiceMasker``; None rows are unconstrained) become ``Batch.allowed``."""
-    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
-    width = max(lengths)
-    input_ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(samples), width), dtype=torch.long)
-    pred_pos, labels, seq_of_token, behaviour = [], [], [], []
-    for row, s in enumerate(samples):
-        ids = s.prompt_ids + s.completion_ids
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention_mask[row, : len(ids)] = 1
-        for k, token in enumerate(s.completion_ids):
-            # The logits at position p predict token p+1: action k sits at len(prompt)+k.
-            pred_pos.append(len(s.prompt_ids) + k - 1)
-            labels.append(token)
-            seq_of_token.append(row)
-        behaviour.extend(s.behaviour_logprobs)
-    return Batch(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        prompts=[s.prompt_ids for s in samples],
-        pred_pos=torch.tensor(pred_pos),
-        labels=torch.tensor(labels),
-        seq_of_token=torch.tensor(seq_of_token),
-        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32),
-        rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
-        allowed=_stack_masks(samples, masks),
-    )
-
-
-def _stack_masks(samples: list[TurnSample], masks: list[torch.Tensor | None] | None):
-    if not masks or all(m is None for m in masks):
-        return None
-    vocab = next(m for m in masks if m is not None).shape[1]
-    return torch.cat([m if m is not None else torch.ones(len(s.completion_ids), vocab,
-                                                           dtype=torch.bool)
-                      for s, m in zip(samples, masks, strict=True)])
-
-
-def gae(
-    token_rewards: torch.Tensor,
-    values: torch.Tensor,
-    seq_of_token: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation within each turn (tokens of one sequence are contiguous
-    and in order in the flat layout; the value after a turn's last token is 0)."""
-    advantages = torch.zeros_like(token_rewards)
-    last_adv = 0.0
-    next_value = 0.0
-    for i in range(len(token_rewards) - 1, -1, -1):
-        if i == len(token_rewards) - 1 or seq_of_token[i + 1] != seq_of_token[i]:
-            last_adv, next_value = 0.0, 0.0  # a new sequence starts here (walking backwards)
-        delta = token_rewards[i] + gamma * next_value - values[i]
-        last_adv = delta + gamma * lam * last_adv
-        advantages[i] = last_adv
-        next_value = values[i]
-    return advantages, advantages + values
-
-
-def masked_whiten(x: torch.Tensor) -> torch.Tensor:
-    if x.numel() < 2:
-        return x
-    return (x - x.mean()) / (x.std() + 1e-8)
-
-
-def whiten_by_group(x: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """Normalise each group's values on their own (role-conditioned advantages)."""
-    out = torch.empty_like(x)
-    for g in torch.unique(group):
-        mask = group == g
-        out[mask] = masked_whiten(x[mask])
-    return out
+__all__ = ["PPOLearner", "TurnSample", "ValueHead", "collate"]
 
 
 class ValueHead(nn.Module):
@@ -160,24 +64,32 @@ class ValueHead(nn.Module):
 
 
 class PPOLearner:
-    """An agent's model (base + LoRA via PEFT), critic and optimizers."""
+    """An agent's model (base + LoRA via PEFT), critic and optimizers, on one device.
 
-    def __init__(self, model_path: str, agent: AgentConfig, ppo: PPOConfig, seed: int = 0) -> None:
+    ``compute`` is the run's ``trainer:`` section (device, dtype, attention kernel);
+    ``placement``, when given, is used as it is instead (tests put a learner on devices a
+    config cannot name)."""
+
+    def __init__(self, model_path: str, agent: AgentConfig, ppo: PPOConfig, seed: int = 0,
+                 compute: ComputeConfig | None = None,
+                 placement: Placement | None = None) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.manual_seed(seed)
-        torch.set_num_threads(ppo.torch_threads)
+        self.placement = placement or resolve(compute or ComputeConfig(), agent.device)
+        self.device = self.placement.device
+        if self.placement.on_cpu:
+            torch.set_num_threads(ppo.torch_threads)
         self.agent = agent
         self.ppo = ppo
-        self.use_bf16 = cpu_has_fast_bf16() if ppo.bf16 is None else ppo.bf16
         self.model_path = model_path
         self._masker = None  # built on the first constrained turn (needs xgrammar)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
-        base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        base = AutoModelForCausalLM.from_pretrained(model_path, **self.placement.model_kwargs())
         base.config.use_cache = False
         lora = LoraConfig(
             r=agent.lora_rank,
@@ -187,15 +99,23 @@ class PPOLearner:
             layers_to_transform=agent.lora_layers,
             task_type="CAUSAL_LM",
         )
-        self.model = get_peft_model(base, lora)
+        self.model = get_peft_model(base, lora).to(self.device)
         if agent.init_adapter:
             self._load_adapter_weights(Path(agent.init_adapter).expanduser())
-        self.value_head = ValueHead(base.config.hidden_size)
+        self.value_head = ValueHead(base.config.hidden_size).to(self.device)
         self.policy_params = [p for p in self.model.parameters() if p.requires_grad]
+        # Fused AdamW: one kernel for all parameters, step counters on the device (the
+        # default per-parameter loop reads each counter back to the host, every step).
         self.policy_opt = torch.optim.AdamW(self.policy_params, lr=ppo.learning_rate,
-                                            weight_decay=0.0)
+                                            weight_decay=0.0, fused=True)
         self.value_opt = torch.optim.AdamW(self.value_head.parameters(),
-                                           lr=ppo.value_learning_rate)
+                                           lr=ppo.value_learning_rate, fused=True)
+        # fp16 needs loss scaling (its gradients underflow); a disabled scaler is a no-op.
+        self.scaler = torch.amp.GradScaler(self.device.type,
+                                           enabled=self.placement.dtype == torch.float16)
+        body = self._causal_lm().model
+        # Dynamic shapes: every batch has its own length. The decoder is what costs.
+        self._body = torch.compile(body, dynamic=True) if self.placement.compile else body
         self.updates = 0
 
     def _load_adapter_weights(self, folder: Path) -> None:
@@ -215,32 +135,53 @@ class PPOLearner:
         return self.model.get_base_model()
 
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16)
+        return self.placement.autocast()
 
-    def _action_hidden(self, batch: Batch, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward_groups(self, batch: Batch, rows: list[int]) -> list[tuple[list[int], int]]:
+        """How ``rows`` are forwarded: ``[(rows, shared prefix length)]``. One group (one
+        batched forward) unless sharing prompt prefixes pays on this device
+        (``trainer.shared_prefix``, ``shared_prefix.pays_off``)."""
+        mode = self.placement.shared_prefix
+        if mode == "off" or len(rows) < 2:
+            return [(rows, 0)]
+        groups = shared_prefix.prefix_groups([batch.prompts[r] for r in rows])
+        groups = [([rows[i] for i in members], prefix) for members, prefix in groups]
+        lengths = [batch.lengths_host[r] for r in rows]
+        if mode == "on" or shared_prefix.pays_off(groups, lengths, self.device.type):
+            return groups
+        return [(rows, 0)]
+
+    def _action_hidden(self, batch: Batch, rows: list[int] | None = None) -> torch.Tensor:
         """Final hidden states ``[N, H]`` at the positions that predict each action token of
-        the given sample rows (all rows by default), in the batch's flat token order.
+        the given rows (all by default), in flat token order of the rows sorted.
 
-        Rows are forwarded in groups sharing a prompt prefix, which is computed once per group
-        (``shared_prefix``); each group is trimmed to its own longest row."""
-        body = self._causal_lm().model
-        if rows is None:
-            rows = torch.arange(len(batch.prompts))
-        token_rows, pieces = [], []
-        groups = shared_prefix.prefix_groups([batch.prompts[int(r)] for r in rows])
-        for members, prefix_len in groups:
-            sample_ids = rows[members]
-            width = int(batch.attention_mask[sample_ids].sum(1).max())
-            hidden = shared_prefix.hidden_states(
-                body, batch.input_ids[sample_ids, :width],
-                batch.attention_mask[sample_ids, :width], prefix_len)
-            tokens = torch.nonzero(torch.isin(batch.seq_of_token, sample_ids)).squeeze(-1)
-            local_row = {int(s): i for i, s in enumerate(sample_ids)}
-            local = torch.tensor([local_row[int(s)] for s in batch.seq_of_token[tokens]])
-            pieces.append(hidden[local, batch.pred_pos[tokens]])
-            token_rows.append(tokens)
-        order = torch.argsort(torch.cat(token_rows))
-        return torch.cat(pieces)[order]
+        Every index is built on the host from the batch's host lists, so the forward issues no
+        device -> host sync; each group is trimmed to its own longest row."""
+        rows = sorted(rows) if rows is not None else list(range(batch.size))
+        pieces, flat_order = [], []
+        for members, prefix_len in self._forward_groups(batch, rows):
+            width = max(batch.lengths_host[r] for r in members)
+            local_rows, positions = [], []
+            for i, r in enumerate(members):
+                tokens = batch.token_indices([r])
+                local_rows.extend([i] * len(tokens))
+                positions.extend(batch.pred_pos_host[t] for t in tokens)
+                flat_order.extend(tokens)
+            if len(members) == batch.size:  # the whole batch: slices, no gather
+                input_ids, mask = batch.input_ids[:, :width], batch.attention_mask[:, :width]
+            else:
+                picked = batch.index(members)
+                input_ids = batch.input_ids[picked, :width]
+                mask = batch.attention_mask[picked, :width]
+            if all(batch.lengths_host[r] == width for r in members):
+                mask = None  # no padding: transformers then skips its mask (and its host sync)
+            hidden = shared_prefix.hidden_states(self._body, input_ids, mask, prefix_len)
+            pieces.append(hidden[batch.index(local_rows), batch.index(positions)])
+        if len(pieces) == 1:
+            return pieces[0]
+        # Groups interleave rows: put the tokens back in flat order (argsort on the host).
+        order = sorted(range(len(flat_order)), key=flat_order.__getitem__)
+        return torch.cat(pieces)[batch.index(order)]
 
     def _logprobs(self, hidden_at_actions: torch.Tensor, labels: torch.Tensor,
                   allowed: torch.Tensor | None = None):
@@ -302,7 +243,7 @@ class PPOLearner:
             return {}
         started = time.perf_counter()
         ppo = self.ppo
-        batch = collate(samples, self.pad_id, masks)
+        batch = collate(samples, self.pad_id, masks).to(self.device)
 
         # 1. Reference logprobs and critic features, adapter off, no grad. Without a KL term
         #    and with a single pass over one minibatch there is nothing to compare against the
@@ -325,78 +266,86 @@ class PPOLearner:
         with torch.no_grad():
             values = self.value_head(features)
 
-        # 2. Per-token rewards (KL penalty + turn reward on the last token), then GAE.
+        # 2. Per-token rewards (KL penalty + the turn's reward on its last token), then GAE
+        #    over each turn's tokens, laid out as a [turns, tokens] grid.
         old_logp = batch.behaviour_logprobs
         kl = old_logp - ref_logp if ref_logp is not None else torch.zeros_like(old_logp)
-        token_rewards = -ppo.kl_coef * kl
-        is_last = torch.ones_like(batch.seq_of_token, dtype=torch.bool)
-        is_last[:-1] = batch.seq_of_token[1:] != batch.seq_of_token[:-1]
-        token_rewards[is_last] += batch.rewards
-        advantages, returns = gae(token_rewards, values, batch.seq_of_token, ppo.gamma,
-                                  ppo.gae_lambda)
+        token_rewards = -ppo.kl_coef * kl + batch.is_last * batch.rewards[batch.seq_of_token]
+        adv_grid, ret_grid = gae(batch.to_grid(token_rewards), batch.to_grid(values), ppo.gamma,
+                                 ppo.gae_lambda)
+        advantages, returns = batch.from_grid(adv_grid), batch.from_grid(ret_grid)
         if ppo.advantage_norm == "role":
             role_ids = {role: i for i, role in enumerate(sorted({s.role for s in samples}))}
-            role_of_sample = torch.tensor([role_ids[s.role] for s in samples])
-            advantages = whiten_by_group(advantages, role_of_sample[batch.seq_of_token])
+            role_of_token = batch.index([role_ids[s.role] for s in samples
+                                         for _ in s.completion_ids])
+            advantages = whiten_by_group(advantages, role_of_token, len(role_ids))
         else:
             advantages = masked_whiten(advantages)
 
-        # 3. PPO epochs over minibatches of turns.
+        # 3. PPO epochs over minibatches of turns. Statistics stay on the device until the end
+        #    (one sync per optimizer step: the finite-gradient check).
         self.model.train()
-        stats: dict[str, list[float]] = {k: [] for k in
-                                         ("pg_loss", "entropy", "clipfrac", "ratio", "vf_loss")}
-        generator = torch.Generator().manual_seed(self.updates)
+        stats: dict[str, list[torch.Tensor]] = {
+            k: [] for k in ("pg_loss", "entropy", "clipfrac", "ratio", "vf_loss")}
+        shuffle = random.Random(self.updates)
         skipped_steps = 0
         for _epoch in range(ppo.epochs):
-            order = torch.randperm(len(samples), generator=generator)
+            order = shuffle.sample(range(len(samples)), len(samples))
             for start in range(0, len(samples), minibatch):
-                rows = order[start : start + minibatch]
-                token_sel = torch.isin(batch.seq_of_token, rows)
+                rows = sorted(order[start : start + minibatch])
                 if fused:
                     hidden = fused_hidden  # the whole batch, already forwarded with grad
+                    tokens = slice(None)
                 else:
                     with self._autocast():
                         hidden = self._action_hidden(batch, rows).float()
-                allowed = batch.allowed[token_sel] if batch.allowed is not None else None
-                new_logp, entropy = self._logprobs(hidden, batch.labels[token_sel], allowed)
-                log_ratio = new_logp - old_logp[token_sel]
-                ratio = log_ratio.exp()
-                adv = advantages[token_sel]
+                    tokens = batch.index(batch.token_indices(rows))
+                allowed = batch.allowed[tokens] if batch.allowed is not None else None
+                new_logp, entropy = self._logprobs(hidden, batch.labels[tokens], allowed)
+                ratio = (new_logp - old_logp[tokens]).exp()
+                adv = advantages[tokens]
                 pg_loss = torch.max(
                     -adv * ratio, -adv * ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range)
                 ).mean()
                 loss = pg_loss - ppo.entropy_coef * entropy.mean()
                 self.policy_opt.zero_grad(set_to_none=True)
-                loss.backward()
+                self.scaler.scale(loss).backward()
+                self.scaler.unscale_(self.policy_opt)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_params, ppo.max_grad_norm)
                 if torch.isfinite(grad_norm):
-                    self.policy_opt.step()
+                    self.scaler.step(self.policy_opt)
                 else:  # one bad minibatch must not turn the served adapter into nan
                     skipped_steps += 1
+                self.scaler.update()
 
-                v_pred = self.value_head(features[token_sel])
-                vf_loss = F.mse_loss(v_pred, returns[token_sel])
+                v_pred = self.value_head(features[tokens])
+                vf_loss = F.mse_loss(v_pred, returns[tokens])
                 self.value_opt.zero_grad(set_to_none=True)
                 vf_loss.backward()
                 self.value_opt.step()
 
-                stats["pg_loss"].append(pg_loss.item())
-                stats["entropy"].append(entropy.mean().item())
-                stats["clipfrac"].append(float(((ratio - 1).abs() > ppo.clip_range).float().mean()))
-                stats["ratio"].append(ratio.mean().item())
-                stats["vf_loss"].append(vf_loss.item())
+                stats["pg_loss"].append(pg_loss.detach())
+                stats["entropy"].append(entropy.detach().mean())
+                stats["clipfrac"].append(((ratio.detach() - 1).abs() > ppo.clip_range).float()
+                                         .mean())
+                stats["ratio"].append(ratio.detach().mean())
+                stats["vf_loss"].append(vf_loss.detach())
         self.model.eval()
         self.updates += 1
-        out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+        summary = {k: torch.stack(v).mean() for k, v in stats.items() if v}
+        if ref_logp is not None:
+            summary["kl"] = kl.mean()
+        summary["reward_mean"] = batch.rewards.mean()
+        summary["value_mean"] = values.mean()
+        names = list(summary)
+        out = dict(zip(names, torch.stack([summary[k].float() for k in names]).tolist(),
+                       strict=True))  # the update's one device -> host copy of statistics
         out.update(
-            **({} if ref_logp is None else {"kl": float(kl.mean())}),
             lr=float(self.policy_opt.param_groups[0]["lr"]),
-            reward_mean=float(batch.rewards.mean()),
-            value_mean=float(values.mean()),
             turns=float(len(samples)),
             **({"off_grammar_turns": float(off_grammar)} if off_grammar else {}),
             **({"nonfinite_steps_skipped": float(skipped_steps)} if skipped_steps else {}),
-            tokens=float(batch.attention_mask.sum()),
+            tokens=float(sum(batch.lengths_host)),
             update_s=time.perf_counter() - started,
         )
         return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
@@ -430,7 +379,8 @@ class PPOLearner:
         result = set_peft_model_state_dict(self.model, adapter)
         if getattr(result, "unexpected_keys", None):
             raise RuntimeError(f"checkpoint adapter has unexpected keys: {result.unexpected_keys}")
-        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        state = torch.load(path / "trainer_state.pt", weights_only=True,
+                           map_location=self.device)
         self.value_head.load_state_dict(state["value_head"])
         self.policy_opt.load_state_dict(state["policy_opt"])
         self.value_opt.load_state_dict(state["value_opt"])
@@ -440,8 +390,8 @@ class PPOLearner:
     def sequence_logprobs(self, sample: TurnSample) -> list[float]:
         """Logprobs of the completion tokens under the current adapter (tests compare these
         with vLLM's)."""
-        batch = collate([sample], self.pad_id, self.action_masks([sample]))
-        with torch.no_grad():
+        batch = collate([sample], self.pad_id, self.action_masks([sample])).to(self.device)
+        with torch.no_grad(), self._autocast():
             hidden = self._action_hidden(batch).float()
             logp, _ = self._logprobs(hidden, batch.labels, batch.allowed)
         return logp.tolist()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agora.algos.compute import ComputeConfig
 from agora.config import (
     BaseModelConfig,
     ConfigError,
@@ -79,8 +80,15 @@ class TrainStageConfig(_Strict):
     max_steps: int | None = Field(None, ge=1, description="stop early; None = epochs decide")
     max_length: int = Field(768, ge=32, description="tokens per example (prompt + completion)")
     threads: int | None = Field(None, ge=1, description="torch threads; None = torch's default")
-    bf16: bool | None = Field(None, description="None = only where the CPU has native bf16")
     logging_steps: int = Field(5, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_fields(cls, data):
+        if isinstance(data, dict) and "bf16" in data:
+            raise ValueError("bf16 moved to the config's trainer.dtype section "
+                             "(auto | bf16 | fp16 | fp32), shared by sft and dpo")
+        return data
 
 
 class DPOStageConfig(TrainStageConfig):
@@ -119,6 +127,8 @@ class ReflectionConfig(_Strict):
     sft: TrainStageConfig = Field(default_factory=TrainStageConfig)
     dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
     eval: EvalStageConfig = Field(default_factory=EvalStageConfig)
+    # Where SFT and DPO train (device, dtype, attention kernel), as a run config's trainer:.
+    trainer: ComputeConfig = Field(default_factory=ComputeConfig)
 
     @model_validator(mode="after")
     def _fits_the_server(self) -> ReflectionConfig:

@@ -15,6 +15,7 @@ import shutil
 import time
 from collections.abc import Callable
 
+from agora.algos.compute import resolve
 from agora.models import resolve_model
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.pairs import pairs_path
@@ -65,7 +66,8 @@ def _train_role(cfg: ReflectionConfig, role: str, pairs: list[PreferencePair],
     from trl import DPOConfig, DPOTrainer
 
     log(f"dpo {role}: {len(pairs)} pairs, from {stage_adapter_dir(cfg, 'sft', role)}")
-    base, tokenizer = load_base(resolve_model(cfg.policy.model))
+    placement = resolve(cfg.trainer)
+    base, tokenizer = load_base(resolve_model(cfg.policy.model), placement)
     model = PeftModel.from_pretrained(base, str(stage_adapter_dir(cfg, "sft", role)),
                                       is_trainable=True)
     data = Dataset.from_list([{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}
@@ -73,7 +75,7 @@ def _train_role(cfg: ReflectionConfig, role: str, pairs: list[PreferencePair],
     history: list[dict] = []
     started = time.monotonic()
     with scratch_dir() as scratch, torch_threads(cfg.dpo.threads):
-        args = DPOConfig(**trainer_args(cfg.dpo, scratch, cfg.seed), beta=cfg.dpo.beta)
+        args = DPOConfig(**trainer_args(cfg.dpo, scratch, cfg.seed, placement), beta=cfg.dpo.beta)
         trainer = DPOTrainer(model=model, args=args, train_dataset=data,
                              processing_class=tokenizer,
                              callbacks=[log_callback(log, history, f"dpo {role}")])

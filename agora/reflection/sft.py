@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from agora.algos.compute import resolve
 from agora.models import resolve_model
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
@@ -104,12 +105,14 @@ def _train_role(cfg: ReflectionConfig, role: str, examples: list[SFTExample],
 
     kinds = {k: sum(e.kind == k for e in examples) for k in dict.fromkeys(e.kind for e in examples)}
     log(f"sft {role}: {len(examples)} examples {kinds}")
-    model, tokenizer = load_base(resolve_model(cfg.policy.model))
+    placement = resolve(cfg.trainer)
+    model, tokenizer = load_base(resolve_model(cfg.policy.model), placement)
     data = Dataset.from_list([{"prompt": e.prompt, "completion": e.completion} for e in examples])
     history: list[dict] = []
     started = time.monotonic()
     with scratch_dir() as scratch, torch_threads(cfg.sft.threads):
-        args = SFTConfig(**trainer_args(cfg.sft, scratch, cfg.seed), completion_only_loss=True)
+        args = SFTConfig(**trainer_args(cfg.sft, scratch, cfg.seed, placement),
+                         completion_only_loss=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=data,
                              processing_class=tokenizer, peft_config=lora_config(cfg.role(role)),
                              callbacks=[log_callback(log, history, f"sft {role}")])

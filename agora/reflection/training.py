@@ -1,9 +1,11 @@
-"""What SFT and DPO training share: the base model, the LoRA config, CPU-minded TRL arguments,
-log lines and saving an adapter that vLLM loads.
+"""What SFT and DPO training share: the base model, the LoRA config, the TRL arguments of the
+run's device, log lines and saving an adapter that vLLM loads.
 
-TRL's defaults are GPU-minded (``bf16=True``, ``gradient_checkpointing=True``): on CPU we use
-bf16 only where the CPU has native support (``agora.hardware``) and never recompute
-activations (memory is ample here; recomputation only costs time).
+Device, precision and attention kernel come from the config's ``trainer:`` section, resolved
+the same way as for the PPO learner (``agora.algos.compute``): a GPU trains in bf16 there, a
+CPU in bf16 only where it has native support. Activations are never recomputed (TRL's
+``gradient_checkpointing`` default): memory is ample for these models; recomputation only costs
+time.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agora.algos.compute import Placement
 from agora.config import AgentConfig
-from agora.hardware import cpu_has_fast_bf16
 from agora.reflection.config import RoleConfig, TrainStageConfig
 
 META_FILE = "agora_reflection.json"
@@ -32,9 +34,8 @@ def lora_config(role: RoleConfig | AgentConfig):  # -> peft.LoraConfig
                       layers_to_transform=role.lora_layers, task_type="CAUSAL_LM")
 
 
-def load_base(model_path: str):  # -> (model, tokenizer)
+def load_base(model_path: str, placement: Placement):  # -> (model, tokenizer)
     import datasets
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
@@ -43,14 +44,15 @@ def load_base(model_path: str):  # -> (model, tokenizer)
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
-                                                 local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True,
+                                                 **placement.model_kwargs())
     model.config.use_cache = False
     return model, tokenizer
 
 
-def trainer_args(stage: TrainStageConfig, out: Path, seed: int) -> dict[str, Any]:
-    """The ``TrainingArguments`` fields SFTConfig and DPOConfig share, for CPU."""
+def trainer_args(stage: TrainStageConfig, out: Path, seed: int,
+                 placement: Placement) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields SFTConfig and DPOConfig share, on ``placement``."""
     return {
         "output_dir": str(out),
         "per_device_train_batch_size": stage.batch_size,
@@ -60,8 +62,7 @@ def trainer_args(stage: TrainStageConfig, out: Path, seed: int) -> dict[str, Any
         "learning_rate": stage.learning_rate,
         "max_length": stage.max_length,
         "gradient_checkpointing": False,
-        "bf16": cpu_has_fast_bf16() if stage.bf16 is None else stage.bf16,
-        "use_cpu": True,
+        **placement.trl_args(),
         "report_to": "none",
         "save_strategy": "no",
         "eval_strategy": "no",

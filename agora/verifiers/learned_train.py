@@ -1,5 +1,5 @@
-"""Train the learned verifier with TRL's RewardTrainer, on CPU, from a data file of labelled
-answers (``agora verifier gen-data`` / ``balance``).
+"""Train the learned verifier with TRL's RewardTrainer, on the CPU or a GPU, from a data file
+of labelled answers (``agora verifier gen-data`` / ``balance``).
 
 What RewardTrainer (TRL 1.x) needs, and how it is given:
 - a dataset of preference pairs. It accepts text columns ``chosen``/``rejected`` (optionally
@@ -8,8 +8,9 @@ What RewardTrainer (TRL 1.x) needs, and how it is given:
   rather than truncating them, and the service must score with exactly the ids trained on.
 - a sequence classifier with ``num_labels=1`` and ``config.pad_token_id`` set (it pools the
   last non-padding token); a pad token on the tokenizer (SmolLM2's is ``<|im_end|>``).
-- its defaults are GPU-minded: ``bf16=True`` and ``gradient_checkpointing=True``. On CPU we
-  train in fp32 without checkpointing (recomputation only costs time here, memory is ample).
+- its defaults are GPU-minded: ``bf16=True`` and ``gradient_checkpointing=True``. We take
+  device and precision from ``TrainOptions.compute`` (a CPU without native bf16 trains in
+  fp32) and never checkpoint (recomputation only costs time, memory is ample).
 - with PEFT, the new ``score`` head must be in ``modules_to_save`` or it stays random.
 
 Full fine-tuning by default (LoRA measured no faster on CPU: see ``TrainOptions.lora_rank``).
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from agora.algos.compute import ComputeConfig, resolve
 from agora.verifiers.learned import (
     DEFAULT_MAX_LENGTH,
     META_FILE,
@@ -66,6 +68,8 @@ class TrainOptions:
     lora_rank: int = 0
     max_steps: int | None = None  # stop early (tests, smoke runs); None = epochs decide
     threads: int | None = None  # torch threads; None = torch's default
+    # Device and precision, as a run config's trainer: section (agora/algos/compute.py).
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
 
 
 @dataclass
@@ -134,10 +138,11 @@ def train_verifier(
     path = resolve_model(opts.model)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     ensure_pad_token(tokenizer)
+    placement = resolve(opts.compute)
     torch.manual_seed(opts.seed)  # the new score head is random: make it the same every run
     with suppress_seqcls_warning():
         model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, dtype=torch.float32, local_files_only=True
+            path, num_labels=1, local_files_only=True, **placement.model_kwargs()
         )
     model.config.pad_token_id = tokenizer.pad_token_id
 
@@ -181,8 +186,7 @@ def train_verifier(
             learning_rate=opts.lr,
             max_length=None,  # encode() already cut every input to opts.max_length
             gradient_checkpointing=False,
-            bf16=False,
-            use_cpu=True,
+            **placement.trl_args(),
             report_to="none",
             save_strategy="no",
             eval_strategy="no",
@@ -228,7 +232,9 @@ def _save(model, tokenizer, opts: TrainOptions, n_train: int, n_eval: int) -> No
         "kind": "agora-learned-verifier",
         "max_length": opts.max_length,
         "base_model": opts.model,
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+        "options": {**{k: str(v) if isinstance(v, Path) else v
+                       for k, v in asdict(opts).items() if k != "compute"},
+                    "compute": opts.compute.model_dump()},
         "train_pairs": n_train,
         "eval_pairs": n_eval,
     }

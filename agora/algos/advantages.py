@@ -1,0 +1,52 @@
+"""Advantages from per-token rewards: GAE over each turn's tokens, then whitening.
+
+Both run as whole-tensor operations on the learner's device. GAE is a reverse scan over the
+*columns* of a [turns x tokens] grid (one vector step per token position, as TRL and CleanRL
+do), not over every token of the batch: the old per-token Python loop took 76 ms of a 315 ms
+update on an H100 for 17k tokens, and was 3x slower on GPU tensors than on CPU ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float,
+        lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation within each turn.
+
+    ``rewards`` and ``values`` are [turns, tokens], right-padded with zeros past each turn's
+    last token: the value after a turn's last token is 0, and padding (reward 0, value 0) keeps
+    the running advantage at 0 until the scan reaches the turn's real tokens.
+    Returns (advantages, returns), same shape."""
+    advantages = torch.zeros_like(rewards)
+    last_adv = rewards.new_zeros(rewards.shape[0])
+    next_value = rewards.new_zeros(rewards.shape[0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        last_adv = delta + gamma * lam * last_adv
+        advantages[:, t] = last_adv
+        next_value = values[:, t]
+    return advantages, advantages + values
+
+
+def masked_whiten(x: torch.Tensor) -> torch.Tensor:
+    if x.numel() < 2:
+        return x
+    return (x - x.mean()) / (x.std() + 1e-8)
+
+
+def whiten_by_group(x: torch.Tensor, group: torch.Tensor,
+                    groups: int | None = None) -> torch.Tensor:
+    """Normalise each group's values on their own (role-conditioned advantages); a group of one
+    value is left as it is. ``groups`` (the number of group ids, known on the host) avoids a
+    device sync to find it."""
+    if groups is None:
+        groups = int(group.max()) + 1 if group.numel() else 0
+    ones = torch.ones_like(x)
+    count = x.new_zeros(groups).index_add_(0, group, ones)
+    mean = x.new_zeros(groups).index_add_(0, group, x) / count.clamp(min=1)
+    centred = x - mean[group]
+    var = x.new_zeros(groups).index_add_(0, group, centred**2) / (count - 1).clamp(min=1)
+    whitened = centred / (var.sqrt()[group] + 1e-8)
+    return torch.where(count[group] >= 2, whitened, x)
