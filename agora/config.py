@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from agora.algos.compute import DEVICE_PATTERN, ComputeConfig
+from agora.algos.compute import DEVICE_PATTERN, ComputeConfig, refuse_bf16_field
 from agora.curriculum.settings import CurriculumConfig, fit_problem
 from agora.deployment import apply_services_override
 from agora.envs.support_options import SupportOptions
@@ -441,10 +441,7 @@ class PPOConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _moved_fields(cls, data):
-        if isinstance(data, dict) and "bf16" in data:
-            raise ValueError("ppo.bf16 moved to trainer.dtype (auto | bf16 | fp16 | fp32; "
-                             "bf16: false is trainer.dtype: fp32)")
-        return data
+        return refuse_bf16_field(data)
 
 
 class WorkersConfig(_Strict):

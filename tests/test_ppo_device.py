@@ -166,7 +166,7 @@ def test_run_config_device_fields_are_checked():
            ({"trainer": {"attn_implementation": "flash"}}, "trainer.attn_implementation"),
            ({"agents": [{"name": "player", "base": "tiny", "lora_rank": 8, "device": "tpu"}]},
             "agents.0.device"),
-           ({"ppo": {"bf16": False}}, "ppo.bf16 moved to trainer.dtype")]
+           ({"ppo": {"bf16": False}}, "ppo: bf16 moved to trainer.dtype")]
     for override, message in bad:
         with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
             tiny_config(**override)

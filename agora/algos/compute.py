@@ -87,6 +87,16 @@ class Placement:
                 "fp16": self.dtype == torch.float16}
 
 
+def refuse_bf16_field(data: object) -> object:
+    """A pydantic before-validator's body: the old ``bf16`` switches of ``ppo:`` and the
+    reflection stages became ``trainer.dtype``; say so instead of 'extra field' (pydantic's
+    error location names the section)."""
+    if isinstance(data, dict) and "bf16" in data:
+        raise ValueError("bf16 moved to trainer.dtype (auto | bf16 | fp16 | fp32; "
+                         "bf16: false is trainer.dtype: fp32)")
+    return data
+
+
 def resolve_device(spec: str, field: str = "trainer.device") -> torch.device:
     """``auto | cpu | cuda | cuda:N`` -> a torch device that exists, or a ValueError naming
     ``field`` (a config asking for a GPU on a machine without one must not fall back quietly)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agora.algos.compute import ComputeConfig
+from agora.algos.compute import ComputeConfig, refuse_bf16_field
 from agora.config import (
     BaseModelConfig,
     ConfigError,
@@ -85,10 +85,7 @@ class TrainStageConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _moved_fields(cls, data):
-        if isinstance(data, dict) and "bf16" in data:
-            raise ValueError("bf16 moved to the config's trainer.dtype section "
-                             "(auto | bf16 | fp16 | fp32), shared by sft and dpo")
-        return data
+        return refuse_bf16_field(data)
 
 
 class DPOStageConfig(TrainStageConfig):
