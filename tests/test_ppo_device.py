@@ -32,11 +32,13 @@ SYNC_OPS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_
 
 
 class DeviceAudit(TorchDispatchMode):
-    """Records every op whose output is off ``device`` and every op that syncs the host."""
+    """Records every op whose output is off ``device`` and every op that syncs the host.
+    ``host_ok``: outputs on the CPU are the batch's explicit host staging (a learner on a GPU);
+    an implicit creation still shows up, on ``meta``."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, host_ok: bool = False) -> None:
         super().__init__()
-        self.device = device
+        self.devices = {device, torch.device("cpu")} if host_ok else {device}
         self.off_device: list[str] = []
         self.syncs: list[str] = []
 
@@ -48,7 +50,7 @@ class DeviceAudit(TorchDispatchMode):
             self.syncs.append(str(func))
         out = func(*args, **kwargs)
         for tensor in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(tensor, torch.Tensor) and tensor.device != self.device:
+            if isinstance(tensor, torch.Tensor) and tensor.device not in self.devices:
                 self.off_device.append(f"{func} -> {tensor.device}")
         return out
 
