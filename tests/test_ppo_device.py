@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from agora.algos.compute import ComputeConfig, resolve, resolve_attention
-from agora.algos.ppo import PPOLearner, TurnSample
+from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config import AgentConfig, ConfigError, PPOConfig
 from tests.stack_helpers import FP32, tiny_config
 
@@ -207,6 +207,10 @@ def test_compiled_update_matches_the_eager_one(tiny_model):
                                                              "shared_prefix": "off"}))
         assert (learner._body is not learner._causal_lm().model) == compile_
         turns = _turns(learner, 8)
+        if compile_:  # even where sharing would pay, a compiled decoder gets plain rows
+            learner.placement = dataclasses.replace(learner.placement, shared_prefix="on")
+            batch = collate(turns, learner.pad_id)
+            assert learner._forward_groups(batch, list(range(8))) == [(list(range(8)), 0)]
         results.append(learner.update(turns))
     eager, compiled = results
     for key in ("pg_loss", "entropy", "ratio", "vf_loss", "value_mean"):

@@ -46,7 +46,8 @@ class ComputeConfig(BaseModel):
     dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager"] = "auto"
     # torch.compile the decoder for the PPO forward (mode "default", dynamic shapes: turns have
-    # any length). Off by default: the first update pays the compilation (tens of seconds).
+    # any length), on plain rows (no shared prefix). Off by default: the first update pays the
+    # compilation (42 s for the tiny test model on 2 CPU cores).
     compile: bool = False
     # The shared-prompt-prefix forward (agora/algos/shared_prefix.py): auto decides per device
     # from the measured threshold in ``shared_prefix.pays_off``; on / off force it.

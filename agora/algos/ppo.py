@@ -142,7 +142,9 @@ class PPOLearner:
         batched forward) unless sharing prompt prefixes pays on this device
         (``trainer.shared_prefix``, ``shared_prefix.pays_off``)."""
         mode = self.placement.shared_prefix
-        if mode == "off" or len(rows) < 2:
+        # Compiled decoders get plain rows: the prefix path hands a KV-cache object through the
+        # decoder, a combination not measured or tested under torch.compile.
+        if mode == "off" or self.placement.compile or len(rows) < 2:
             return [(rows, 0)]
         groups = shared_prefix.prefix_groups([batch.prompts[r] for r in rows])
         groups = [([rows[i] for i in members], prefix) for members, prefix in groups]
