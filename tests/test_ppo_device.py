@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from agora.algos.compute import ComputeConfig, resolve, resolve_attention
+from agora.algos.compute import ComputeConfig, Placement, resolve, resolve_attention
 from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config import AgentConfig, ConfigError, PPOConfig
 from tests.stack_helpers import FP32, tiny_config
@@ -228,3 +228,26 @@ def test_shared_prefix_pays_off_on_the_cpu_from_the_measured_share_and_never_on_
     assert not shared_prefix.pays_off([([0, 1, 2, 3], 90)], lengths, "cuda")
     learner_groups = [([0, 1], 40), ([2, 3], 40)]
     assert shared_prefix.saved_share(learner_groups, lengths) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("sharing", ["on", "off"])
+def test_the_gpu_layout_runs_on_the_cpu(tiny_model, sharing):
+    """A GPU learner keeps its weights in bf16 (fp32 master weights are a CPU choice) and
+    autocasts to bf16: the same layout, on the CPU, through the same code. It once met an fp32
+    hidden state with a bf16 head outside autocast, which only a GPU run would have shown."""
+    agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
+    gpu_like = Placement(device=torch.device("cpu"), dtype=torch.bfloat16,
+                         weights_dtype=torch.bfloat16, attn_implementation="sdpa",
+                         shared_prefix=sharing)
+    ppo = PPOConfig(torch_threads=1, kl_coef=0.02, batch_turns=8, minibatch_turns=4)
+    learner = PPOLearner(tiny_model, agent, ppo, placement=gpu_like)
+    assert next(learner._causal_lm().parameters()).dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in learner.policy_params)  # PEFT keeps LoRA fp32
+    reference = PPOLearner(tiny_model, agent, ppo, compute=FP32)
+    turns = _turns(learner, 8)
+    fp32_logp = reference.sequence_logprobs(turns[0])
+    assert turns[0].behaviour_logprobs == pytest.approx(fp32_logp, abs=0.1)
+    stats = learner.update(turns)
+    assert stats["ratio"] == pytest.approx(1.0, abs=0.05) and stats["turns"] == 8
+    audit = _audited_update(learner, turns)
+    assert audit.off_device == [], audit.off_device[:5]

@@ -189,7 +189,8 @@ class PPOLearner:
                   allowed: torch.Tensor | None = None):
         """Logprob of each action token and the policy's entropy there; with ``allowed``, both
         under the distribution vLLM sampled from (renormalised over the allowed tokens)."""
-        logits = self._causal_lm().lm_head(hidden_at_actions).float()
+        with self._autocast():  # the head's weights are bf16/fp16 where the model's are
+            logits = self._causal_lm().lm_head(hidden_at_actions).float()
         if allowed is not None:
             logits = logits.masked_fill(~allowed, float("-inf"))
         logp_all = F.log_softmax(logits, dim=-1)
