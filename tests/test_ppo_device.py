@@ -20,7 +20,13 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from agora.algos.compute import ComputeConfig, Placement, resolve, resolve_attention
+from agora.algos.compute import (
+    ComputeConfig,
+    Placement,
+    resolve,
+    resolve_attention,
+    weights_dtype,
+)
 from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config import AgentConfig, ConfigError, PPOConfig
 from tests.stack_helpers import FP32, tiny_config
@@ -150,8 +156,14 @@ def test_compute_config_resolves_on_a_cpu_machine_and_names_bad_fields():
         resolve(ComputeConfig(), "cuda", field_prefix="agents[0]")
     with pytest.raises(ValueError, match="flash_attention_2 runs on CUDA GPUs only"):
         resolve(ComputeConfig(device="cpu", attn_implementation="flash_attention_2"))
-    # On a GPU without the package (or in fp32) the message says what to do.
+    # A GPU keeps weights in the compute dtype, except where every weight trains.
     cuda = torch.device("cuda", 0)
+    assert weights_dtype(torch.bfloat16, cuda) == torch.bfloat16
+    assert weights_dtype(torch.bfloat16, torch.device("cpu")) == torch.float32
+    gpu_like = dataclasses.replace(bf16, weights_dtype=torch.bfloat16)
+    assert gpu_like.model_kwargs()["dtype"] == torch.bfloat16
+    assert gpu_like.model_kwargs(full_weights=True)["dtype"] == torch.float32
+    # On a GPU without the package (or in fp32) the message says what to do.
     if not __import__("importlib").util.find_spec("flash_attn"):
         with pytest.raises(ValueError, match="needs the flash-attn package"):
             resolve_attention("flash_attention_2", cuda, torch.bfloat16)

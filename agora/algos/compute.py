@@ -76,9 +76,14 @@ class Placement:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def model_kwargs(self) -> dict[str, Any]:
-        """``from_pretrained`` keyword arguments (the model is then moved with ``.to``)."""
-        return {"dtype": self.weights_dtype, "attn_implementation": self.attn_implementation}
+    def model_kwargs(self, full_weights: bool = False) -> dict[str, Any]:
+        """``from_pretrained`` keyword arguments (the model is then moved with ``.to``).
+        ``full_weights``: every weight trains, so they stay fp32 master weights and autocast
+        does the low-precision math (AdamW on bf16 weights loses small updates)."""
+        import torch
+
+        dtype = torch.float32 if full_weights else self.weights_dtype
+        return {"dtype": dtype, "attn_implementation": self.attn_implementation}
 
     def trl_args(self) -> dict[str, Any]:
         """The ``TrainingArguments`` fields that put a TRL trainer on this device."""

@@ -142,7 +142,8 @@ def train_verifier(
     torch.manual_seed(opts.seed)  # the new score head is random: make it the same every run
     with suppress_seqcls_warning():
         model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, local_files_only=True, **placement.model_kwargs()
+            path, num_labels=1, local_files_only=True,
+            **placement.model_kwargs(full_weights=opts.lora_rank == 0)
         )
     model.config.pad_token_id = tokenizer.pad_token_id
 
