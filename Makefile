@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench bench-gpu clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -31,6 +31,20 @@ bench: setup
 	$(PY) bench/ppo_update.py
 	$(PY) bench/gateway_load.py
 	$(PY) bench/trl_ppo.py
+
+# On a machine with a CUDA GPU: the gpu tests, then issue 14's GPU figures (135M and 0.5B
+# shapes, Tic-Tac-Toe and ~270-token turns, ours vs TRL), appended to bench/results.md.
+# Not through .venv (bootstrap installs the CPU torch): GPU_PY is a Python with a CUDA torch
+# and agora's dependencies (transformers, peft, trl, pydantic, ...).
+GPU_PY ?= python3
+bench-gpu:
+	PYTHONPATH=. $(GPU_PY) -m pytest -q -m gpu tests/test_gpu.py
+	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 135m --set ttt32
+	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 0.5b --set ttt64
+	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 0.5b --set long64
+	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 0.5b --set long64 \
+		--compile
+	PYTHONPATH=. $(GPU_PY) bench/trl_ppo.py --device cuda --model-shape 0.5b --turns 32
 
 clean:
 	rm -rf runs .pytest_cache
