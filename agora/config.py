@@ -540,6 +540,14 @@ class RunConfig(_Strict):
                              f"({sorted(self.models)})")
         if len(set(names)) != len(names):
             raise ValueError(f"agents: duplicate agent names in {names}")
+        placed = [a.name for a in self.agents if a.device]
+        if self.trainer.processes > 1 and placed:
+            raise ValueError(f"agents.{placed[0]}.device: with trainer.processes > 1 every "
+                             "learner is sharded over all the processes' devices; leave "
+                             "agents[].device unset")
+        if self.trainer.processes > self.ppo.batch_turns:
+            raise ValueError(f"trainer.processes: {self.trainer.processes} processes need "
+                             f"ppo.batch_turns >= {self.trainer.processes} (a turn each)")
         for agent in self.agents:
             if agent.base not in self.models:
                 raise ValueError(

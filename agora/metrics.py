@@ -88,6 +88,8 @@ TRAINER_AGENT_METRICS: dict[str, str] = {
     "entropy": "mean policy entropy per action token",
     "pg_loss": "policy-gradient loss",
     "vf_loss": "value loss",
+    "grad_norm": "policy gradient norm before clipping (mean over the update's minibatches)",
+    "clipfrac": "share of action tokens whose ratio was clipped",
     "policy_version": "live policy version",
     "staleness": "mean versions between behaviour policy and the updated policy",
     "update_seconds": "wall time of the last PPO update",

@@ -8,6 +8,9 @@ One loop iteration (DESIGN.md "The run's life", steps 1-3):
 4. every ``checkpoint_every`` updates: checkpoint, then XACK the entries it consumed;
 5. save each adapter as version v+1 and hot-swap it into the policy server.
 
+Several processes per learner (``trainer.processes``, agora/algos/distributed.py): this class
+runs on rank 0 only; the other ranks build the same learners and ``follow`` (``run_follower``).
+
 Crash safety: stream entries are acked only once a checkpoint containing their effect is on
 disk, so a trainer killed mid-update re-reads them on ``--resume``; versions never go backwards
 (if Redis is ahead of the checkpoint, the checkpoint's weights are republished under a new,
@@ -18,6 +21,7 @@ higher version number). A policy server that restarts gets every agent's current
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -30,7 +34,9 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, start_http_server
 
-from agora.algos.compute import resolve
+from agora.algos import distributed
+from agora.algos.compute import Placement, resolve
+from agora.algos.distributed import DataParallel, Lockstep
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import RunConfig
 from agora.curriculum.tracker import CurriculumTracker
@@ -65,6 +71,35 @@ AGENT_GAUGES = trainer_agent_gauges(
 STAT_GAUGE_KEYS = {"update_s": "update_seconds"}
 
 
+def learner_placements(cfg: RunConfig, parallel: DataParallel) -> dict[str, Placement]:
+    """Each agent's learner placement; sharded, every learner sits on this process's device
+    (``cuda:LOCAL_RANK``, or the CPU), and the process group is joined here."""
+    placements = {a.name: resolve(cfg.trainer, a.device) for a in cfg.agents}
+    if parallel.sharded:
+        device = distributed.start(parallel, next(iter(placements.values())).device)
+        placements = {name: dataclasses.replace(p, device=device)
+                      for name, p in placements.items()}
+    return placements
+
+
+def build_learners(cfg: RunConfig, placements: dict[str, Placement],
+                   parallel: DataParallel) -> dict[str, PPOLearner]:
+    """One learner per agent, in config order (every rank builds them in the same order).
+    Frozen agents get a learner too (zero-initialised LoRA = the base model) so that every
+    agent is an adapter name on its server; it is just never updated."""
+    return {agent.name: PPOLearner(resolve_model(cfg.models[agent.base].model), agent, cfg.ppo,
+                                   seed=cfg.seed, placement=placements[agent.name],
+                                   parallel=parallel)
+            for agent in cfg.agents}
+
+
+def run_follower(cfg: RunConfig, parallel: DataParallel) -> None:
+    """A rank other than 0: the same learners, driven by rank 0's broadcast calls."""
+    learners = build_learners(cfg, learner_placements(cfg, parallel), parallel)
+    calls = distributed.follow(learners, parallel)
+    log.info("rank %d: rank 0 finished after %d learner calls", parallel.rank, calls)
+
+
 @dataclass
 class Collected:
     turns: dict[str, list[TurnSample]]
@@ -75,8 +110,10 @@ class Collected:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, run_id: str, run_dir: Path, redis_url: str,
-                 resume: bool = False, serve_metrics: bool = True) -> None:
+                 resume: bool = False, serve_metrics: bool = True,
+                 parallel: DataParallel = distributed.SINGLE) -> None:
         self.cfg = cfg
+        self.parallel = parallel
         self.run_id = run_id
         self.run_dir = run_dir
         self.redis_url = redis_url
@@ -89,7 +126,7 @@ class Trainer:
         self.keeper = AdapterKeeper(self.stream, {a.name: self.admin_for(a.name)
                                                   for a in cfg.agents})
         self.celery = make_celery(redis_url, cfg.workers.visibility_timeout)
-        self.learners: dict[str, PPOLearner] = {}
+        self.learners: dict[str, Lockstep] = {}  # each a PPOLearner behind its Lockstep
         self.versions: dict[str, int] = {}
         self.update_index = 0
         self.unacked: list[str] = []  # consumed since the last checkpoint
@@ -114,12 +151,13 @@ class Trainer:
 
     def setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        placements = {a.name: resolve(self.cfg.trainer, a.device) for a in self.cfg.agents}
+        placements = learner_placements(self.cfg, self.parallel)
         log.info("learners on %s", {n: f"{p.device} {p.dtype} {p.attn_implementation}"
                                     for n, p in placements.items()})
         # CPU pinning and niceness keep a CPU learner out of vLLM's way on a shared machine; a
-        # learner on a GPU needs its host thread to feed the GPU at full speed instead.
-        if all(p.on_cpu for p in placements.values()):
+        # learner on a GPU needs its host thread to feed the GPU at full speed instead. (Several
+        # CPU processes would all pin to the same last CPUs: they are left to the scheduler.)
+        if all(p.on_cpu for p in placements.values()) and not self.parallel.sharded:
             if self.cfg.ppo.pin_cpus:
                 pinned = pin_to_last_cpus(self.cfg.ppo.torch_threads)
                 log.info("trainer pinned to CPUs %s", pinned)
@@ -136,12 +174,11 @@ class Trainer:
             # Training draws from the train split only; evaluation uses the held-out test split.
             self.tasks = load_tasks(self.cfg.environment.task, split="train")
             log.info("loaded %d training tasks", len(self.tasks))
+        learners = build_learners(self.cfg, placements, self.parallel)
+        # Sharded: each call that touches a model is first sent to the other ranks.
+        self.learners = {name: Lockstep(name, learner, self.parallel)
+                         for name, learner in learners.items()}
         for agent in self.cfg.agents:
-            path = resolve_model(self.cfg.models[agent.base].model)
-            # Frozen agents get a learner too (zero-initialised LoRA = the base model) so that
-            # every agent is an adapter name on its server; it is just never updated.
-            self.learners[agent.name] = PPOLearner(path, agent, self.cfg.ppo, seed=self.cfg.seed,
-                                                   placement=placements[agent.name])
             self.recent[agent.name] = defaultdict(lambda: deque(maxlen=100))
         checkpoint = self.latest_checkpoint() if self.resume else None
         if checkpoint is not None:
@@ -194,11 +231,12 @@ class Trainer:
                 if collected is None:
                     break
                 self.step(collected)
+            if self.unacked:
+                self.checkpoint()
         finally:
             self.keeper.stop()
             self.set_state(status="stopping")
-        if self.unacked:
-            self.checkpoint()
+            distributed.release_followers(self.parallel)
         self.set_state(status="finished")
         self.hold_metrics_for_final_scrape()
 

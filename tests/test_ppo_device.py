@@ -217,7 +217,7 @@ def test_compiled_update_matches_the_eager_one(tiny_model):
         learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1, kl_coef=0.0),
                              compute=FP32.model_copy(update={"compile": compile_,
                                                              "shared_prefix": "off"}))
-        assert (learner._body is not learner._causal_lm().model) == compile_
+        assert (learner.forward_module._decoder[0] is not learner._causal_lm().model) == compile_
         turns = _turns(learner, 8)
         if compile_:  # even where sharing would pay, a compiled decoder gets plain rows
             learner.placement = dataclasses.replace(learner.placement, shared_prefix="on")

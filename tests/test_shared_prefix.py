@@ -76,7 +76,7 @@ def test_shared_prefix_forward_matches_plain_forward_values_and_gradients(tiny_m
         return hidden.detach(), [p.grad.clone() for p in learner.policy_params]
 
     learner.placement = dataclasses.replace(learner.placement, shared_prefix="on")
-    shared_hidden, shared_grads = loss_and_grads(learner._action_hidden(batch))
+    shared_hidden, shared_grads = loss_and_grads(learner._action_forward(batch)[0])
     plain_hidden, plain_grads = loss_and_grads(_plain_action_hidden(learner, batch))
     assert shared_hidden.shape == plain_hidden.shape
     torch.testing.assert_close(shared_hidden, plain_hidden, atol=1e-4, rtol=1e-4)
@@ -92,6 +92,6 @@ def test_minibatch_rows_select_their_own_tokens_in_flat_order(tiny_model):
         every = _plain_action_hidden(learner, batch)
         for mode in ("on", "off"):
             learner.placement = dataclasses.replace(learner.placement, shared_prefix=mode)
-            some = learner._action_hidden(batch, rows)
+            some, _ = learner._action_forward(batch, rows)
             selected = torch.isin(batch.seq_of_token, torch.tensor(rows))
             torch.testing.assert_close(some, every[selected], atol=1e-4, rtol=1e-4)

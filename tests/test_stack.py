@@ -25,7 +25,10 @@ from tests.stack_helpers import (
 
 
 def test_full_loop_trains_publishes_and_serves(tmp_path):
-    cfg = tiny_config(ppo={"max_updates": 3})
+    # The learner spans two processes (torchrun + FSDP2 over gloo: a multi-GPU trainer's code
+    # path); the other stack tests run the one-process trainer.
+    cfg = tiny_config(ppo={"max_updates": 3},
+                      trainer={"device": "cpu", "dtype": "fp32", "processes": 2})
     stack = make_stack(cfg, "loop", False, runs_root=tmp_path)
     pids: list[int] = []
     try:
@@ -52,6 +55,9 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [1, 2, 3]
         assert all(r["agents"]["player"]["turns"] >= 8 for r in rows)
+        assert all(r["agents"]["player"]["grad_norm"] > 0 for r in rows)
+        trainer_log = (stack.run_dir / "logs" / "trainer.log").read_text()
+        assert "rank 1: rank 0 finished after" in trainer_log  # the follower ran every call
 
         # Episodes in the stream carry tokens, behaviour logprobs and verified rewards.
         entries = client.xrange(keys.stream)

@@ -8,6 +8,8 @@ update on an H100 for 17k tokens, and was 3x slower on GPU tensors than on CPU o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -30,23 +32,22 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float,
     return advantages, advantages + values
 
 
-def masked_whiten(x: torch.Tensor) -> torch.Tensor:
-    if x.numel() < 2:
-        return x
-    return (x - x.mean()) / (x.std() + 1e-8)
-
-
-def whiten_by_group(x: torch.Tensor, group: torch.Tensor,
-                    groups: int | None = None) -> torch.Tensor:
-    """Normalise each group's values on their own (role-conditioned advantages); a group of one
-    value is left as it is. ``groups`` (the number of group ids, known on the host) avoids a
-    device sync to find it."""
+def whiten_by_group(x: torch.Tensor, group: torch.Tensor, groups: int | None = None,
+                    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Normalise each group's values on their own (role-conditioned advantages; one group of
+    zeros = whiten the whole batch); a group of one value is left as it is. ``groups`` (the
+    number of group ids, known on the host) avoids a device sync to find it. ``reduce`` sums a
+    tensor over the learner's processes (agora/algos/distributed.py) when ``x`` is one
+    process's share: count, mean and variance are then those of the whole batch."""
     if groups is None:
         groups = int(group.max()) + 1 if group.numel() else 0
-    ones = torch.ones_like(x)
-    count = x.new_zeros(groups).index_add_(0, group, ones)
-    mean = x.new_zeros(groups).index_add_(0, group, x) / count.clamp(min=1)
-    centred = x - mean[group]
-    var = x.new_zeros(groups).index_add_(0, group, centred**2) / (count - 1).clamp(min=1)
+    reduce = reduce or (lambda t: t)
+    sums = x.new_zeros(2, groups)
+    sums[0].index_add_(0, group, torch.ones_like(x))
+    sums[1].index_add_(0, group, x)
+    count, total = reduce(sums)
+    centred = x - (total / count.clamp(min=1))[group]
+    squares = reduce(x.new_zeros(groups).index_add_(0, group, centred**2))
+    var = squares / (count - 1).clamp(min=1)
     whitened = centred / (var.sqrt()[group] + 1e-8)
     return torch.where(count[group] >= 2, whitened, x)

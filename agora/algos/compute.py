@@ -27,7 +27,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +52,20 @@ class ComputeConfig(BaseModel):
     # The shared-prompt-prefix forward (agora/algos/shared_prefix.py): auto decides per device
     # from the measured threshold in ``shared_prefix.pays_off``; on / off force it.
     shared_prefix: Literal["auto", "on", "off"] = "auto"
+    # Processes each PPO learner spans (agora/algos/distributed.py): the model, gradients and
+    # optimizer state sharded with PyTorch FSDP2, one process per GPU (or per CPU slot),
+    # started by torchrun. 1 = a plain learner on one device.
+    processes: int = Field(1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _sharding_fits(self) -> ComputeConfig:
+        if self.processes > 1 and self.compile:
+            raise ValueError("trainer.compile: not with trainer.processes > 1 (torch.compile "
+                             "under FSDP is not tested here); set one of them back")
+        if self.processes > 1 and self.shared_prefix == "on":
+            raise ValueError("trainer.shared_prefix: 'on' needs trainer.processes: 1 (a "
+                             "sharded learner forwards plain rows)")
+        return self
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,12 @@ is laid out on the host once with every index the update needs (agora/algos/batc
 update itself only gathers on the device and reads back to the host once per optimizer step
 (the finite-gradient check) and once for its statistics: on a GPU each read-back stalls the
 launch queue (docs/training-on-gpus.md).
+
+Several processes (``trainer.processes``, agora/algos/distributed.py): the model is sharded with
+FSDP2 and each process forwards its own rows of every minibatch (row r on rank r % world). Losses
+are sums over a process's tokens divided by the minibatch's tokens on *all* processes, times the
+world size, so FSDP's gradient average is exactly the one-process minibatch gradient; advantage
+whitening uses statistics summed over every process. One process is the same code with world 1.
 """
 
 from __future__ import annotations
@@ -42,14 +48,28 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.tensor import DTensor
 
-from agora.algos import shared_prefix
-from agora.algos.advantages import gae, masked_whiten, whiten_by_group
+from agora.algos import distributed, shared_prefix
+from agora.algos.advantages import gae, whiten_by_group
 from agora.algos.batch import Batch, TurnSample, collate
 from agora.algos.compute import ComputeConfig, Placement, resolve
+from agora.algos.distributed import DataParallel
 from agora.config import AgentConfig, PPOConfig
 
 __all__ = ["PPOLearner", "TurnSample", "ValueHead", "collate"]
+
+# Whole (unsharded) state dicts, on the host: checkpoints are the same files whatever the number
+# of processes that wrote them, so a run resumes on more or fewer GPUs.
+FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+LOAD_FULL_STATE = StateDictOptions(full_state_dict=True, strict=False)
 
 
 class ValueHead(nn.Module):
@@ -63,6 +83,30 @@ class ValueHead(nn.Module):
         return self.net(features.float()).squeeze(-1)
 
 
+class ActionForward(nn.Module):
+    """The model call of an update as one module: decoder, the hidden states at the positions
+    that predict action tokens, the LM head there.
+
+    Why one module: FSDP gathers a unit's weights in that unit's ``forward``; the LM head (tied
+    to the embeddings in small models) sits in the root unit, so it must be reached through the
+    root's forward, not called on its own. The logits exist only at action positions (a few
+    tokens per turn), never over the whole vocabulary at every prompt position."""
+
+    def __init__(self, model: nn.Module, body: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        # The (maybe compiled) decoder, kept out of the module tree: it is ``model``'s own
+        # decoder, and registering it twice would list its weights twice.
+        self._decoder = [body]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                prefix_len: int, rows: torch.Tensor,
+                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = shared_prefix.hidden_states(self._decoder[0], input_ids, attention_mask,
+                                             prefix_len)[rows, positions]
+        return hidden, self.model.get_base_model().lm_head(hidden)
+
+
 class PPOLearner:
     """An agent's model (base + LoRA via PEFT), critic and optimizers, on one device.
 
@@ -72,13 +116,15 @@ class PPOLearner:
 
     def __init__(self, model_path: str, agent: AgentConfig, ppo: PPOConfig, seed: int = 0,
                  compute: ComputeConfig | None = None,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None,
+                 parallel: DataParallel = distributed.SINGLE) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.manual_seed(seed)
         self.placement = placement or resolve(compute or ComputeConfig(), agent.device)
         self.device = self.placement.device
+        self.parallel = parallel
         if self.placement.on_cpu:
             torch.set_num_threads(ppo.torch_threads)
         self.agent = agent
@@ -103,6 +149,13 @@ class PPOLearner:
         if agent.init_adapter:
             self._load_adapter_weights(Path(agent.init_adapter).expanduser())
         self.value_head = ValueHead(base.config.hidden_size).to(self.device)
+        body = self._causal_lm().model
+        # Dynamic shapes: every batch has its own length. The decoder is what costs.
+        self.forward_module = ActionForward(
+            self.model, torch.compile(body, dynamic=True) if self.placement.compile else body)
+        if parallel.sharded:  # after init_adapter, before the optimizers see the parameters
+            distributed.shard(self.forward_module, list(body.layers))
+            distributed.shard(self.value_head, [])
         self.policy_params = [p for p in self.model.parameters() if p.requires_grad]
         # Fused AdamW: one kernel for all parameters, step counters on the device (the
         # default per-parameter loop reads each counter back to the host, every step).
@@ -113,9 +166,6 @@ class PPOLearner:
         # fp16 needs loss scaling (its gradients underflow); a disabled scaler is a no-op.
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.placement.dtype == torch.float16)
-        body = self._causal_lm().model
-        # Dynamic shapes: every batch has its own length. The decoder is what costs.
-        self._body = torch.compile(body, dynamic=True) if self.placement.compile else body
         self.updates = 0
 
     def _load_adapter_weights(self, folder: Path) -> None:
@@ -143,8 +193,10 @@ class PPOLearner:
         (``trainer.shared_prefix``, ``shared_prefix.pays_off``)."""
         mode = self.placement.shared_prefix
         # Compiled decoders get plain rows: the prefix path hands a KV-cache object through the
-        # decoder, a combination not measured or tested under torch.compile.
-        if mode == "off" or self.placement.compile or len(rows) < 2:
+        # decoder, a combination not measured or tested under torch.compile. Sharded learners
+        # too: several root forwards before one backward is not a pattern FSDP2 is tested on.
+        if (mode == "off" or self.placement.compile or self.parallel.sharded
+                or len(rows) < 2):
             return [(rows, 0)]
         groups = shared_prefix.prefix_groups([batch.prompts[r] for r in rows])
         groups = [([rows[i] for i in members], prefix) for members, prefix in groups]
@@ -153,14 +205,16 @@ class PPOLearner:
             return groups
         return [(rows, 0)]
 
-    def _action_hidden(self, batch: Batch, rows: list[int] | None = None) -> torch.Tensor:
+    def _action_forward(self, batch: Batch,
+                        rows: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Final hidden states ``[N, H]`` at the positions that predict each action token of
-        the given rows (all by default), in flat token order of the rows sorted.
+        the given rows (all by default), and the logits there ``[N, vocab]`` (fp32), in flat
+        token order of the rows sorted.
 
         Every index is built on the host from the batch's host lists, so the forward issues no
         device -> host sync; each group is trimmed to its own longest row."""
         rows = sorted(rows) if rows is not None else list(range(batch.size))
-        pieces, flat_order = [], []
+        hidden_pieces, logit_pieces, flat_order = [], [], []
         for members, prefix_len in self._forward_groups(batch, rows):
             width = max(batch.lengths_host[r] for r in members)
             local_rows, positions = [], []
@@ -177,20 +231,21 @@ class PPOLearner:
                 mask = batch.attention_mask[picked, :width]
             if all(batch.lengths_host[r] == width for r in members):
                 mask = None  # no padding: transformers then skips its mask (and its host sync)
-            hidden = shared_prefix.hidden_states(self._body, input_ids, mask, prefix_len)
-            pieces.append(hidden[batch.index(local_rows), batch.index(positions)])
-        if len(pieces) == 1:
-            return pieces[0]
+            hidden, logits = self.forward_module(input_ids, mask, prefix_len,
+                                                 batch.index(local_rows), batch.index(positions))
+            hidden_pieces.append(hidden)
+            logit_pieces.append(logits.float())
+        if len(hidden_pieces) == 1:
+            return hidden_pieces[0], logit_pieces[0]
         # Groups interleave rows: put the tokens back in flat order (argsort on the host).
-        order = sorted(range(len(flat_order)), key=flat_order.__getitem__)
-        return torch.cat(pieces)[batch.index(order)]
+        order = batch.index(sorted(range(len(flat_order)), key=flat_order.__getitem__))
+        return torch.cat(hidden_pieces)[order], torch.cat(logit_pieces)[order]
 
-    def _logprobs(self, hidden_at_actions: torch.Tensor, labels: torch.Tensor,
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, labels: torch.Tensor,
                   allowed: torch.Tensor | None = None):
         """Logprob of each action token and the policy's entropy there; with ``allowed``, both
         under the distribution vLLM sampled from (renormalised over the allowed tokens)."""
-        with self._autocast():  # the head's weights are bf16/fp16 where the model's are
-            logits = self._causal_lm().lm_head(hidden_at_actions).float()
         if allowed is not None:
             logits = logits.masked_fill(~allowed, float("-inf"))
         logp_all = F.log_softmax(logits, dim=-1)
@@ -242,11 +297,18 @@ class PPOLearner:
     def update(self, samples: list[TurnSample]) -> dict[str, float]:
         samples, masks, off_grammar = self._masked_samples([s for s in samples
                                                             if s.completion_ids])
-        if not samples:
+        world = self.parallel.world
+        if len(samples) < world:  # every process must have a row (all see the same samples)
             return {}
         started = time.perf_counter()
         ppo = self.ppo
-        batch = collate(samples, self.pad_id, masks).to(self.device)
+        # This process's rows (all of them with one process); ``local`` maps a batch row to
+        # its row here.
+        mine = [r for r in range(len(samples)) if self.parallel.owns(r)]
+        local = {r: i for i, r in enumerate(mine)}
+        batch = collate([samples[r] for r in mine], self.pad_id,
+                        [masks[r] for r in mine]).to(self.device)
+        actions = [len(s.completion_ids) for s in samples]
 
         # 1. Reference logprobs and critic features, adapter off, no grad. Without a KL term
         #    and with a single pass over one minibatch there is nothing to compare against the
@@ -259,62 +321,74 @@ class PPOLearner:
         fused = ppo.kl_coef == 0 and ppo.epochs == 1 and minibatch >= len(samples)
         if fused:
             with self._autocast():
-                fused_hidden = self._action_hidden(batch).float()
-            features = fused_hidden.detach()
+                fused_hidden, fused_logits = self._action_forward(batch)
+            features = fused_hidden.float().detach()
             ref_logp = None
         else:
             with torch.no_grad(), self._autocast(), self.model.disable_adapter():
-                features = self._action_hidden(batch).float()
-                ref_logp, _ = self._logprobs(features, batch.labels, batch.allowed)
+                features, ref_logits = self._action_forward(batch)
+                features = features.float()
+                ref_logp, _ = self._logprobs(ref_logits, batch.labels, batch.allowed)
+                del ref_logits
         with torch.no_grad():
             values = self.value_head(features)
 
         # 2. Per-token rewards (KL penalty + the turn's reward on its last token), then GAE
-        #    over each turn's tokens, laid out as a [turns, tokens] grid.
+        #    over each turn's tokens, laid out as a [turns, tokens] grid; then whitening, per
+        #    role with ``advantage_norm: role`` (statistics over every process's tokens).
         old_logp = batch.behaviour_logprobs
         kl = old_logp - ref_logp if ref_logp is not None else torch.zeros_like(old_logp)
         token_rewards = -ppo.kl_coef * kl + batch.is_last * batch.rewards[batch.seq_of_token]
         adv_grid, ret_grid = gae(batch.to_grid(token_rewards), batch.to_grid(values), ppo.gamma,
                                  ppo.gae_lambda)
         advantages, returns = batch.from_grid(adv_grid), batch.from_grid(ret_grid)
-        if ppo.advantage_norm == "role":
-            role_ids = {role: i for i, role in enumerate(sorted({s.role for s in samples}))}
-            role_of_token = batch.index([role_ids[s.role] for s in samples
-                                         for _ in s.completion_ids])
-            advantages = whiten_by_group(advantages, role_of_token, len(role_ids))
-        else:
-            advantages = masked_whiten(advantages)
+        roles = sorted({s.role for s in samples}) if ppo.advantage_norm == "role" else [""]
+        role_ids = {role: i for i, role in enumerate(roles)}
+        group_of_token = batch.index([role_ids.get(samples[r].role, 0) for r in mine
+                                      for _ in range(actions[r])])
+        advantages = whiten_by_group(advantages, group_of_token, len(roles),
+                                     self.parallel.all_reduce_sum)
 
         # 3. PPO epochs over minibatches of turns. Statistics stay on the device until the end
-        #    (one sync per optimizer step: the finite-gradient check).
+        #    (one sync per optimizer step: the finite-gradient check). Each loss is a sum over
+        #    this process's tokens of the minibatch, scaled by world / the minibatch's tokens
+        #    on every process: FSDP averages gradients over processes, so the step is the mean
+        #    over all the minibatch's tokens, as with one process.
         self.model.train()
         stats: dict[str, list[torch.Tensor]] = {
-            k: [] for k in ("pg_loss", "entropy", "clipfrac", "ratio", "vf_loss")}
+            k: [] for k in ("pg_loss", "entropy", "clipfrac", "ratio", "vf_loss", "grad_norm")}
         shuffle = random.Random(self.updates)
         skipped_steps = 0
         for _epoch in range(ppo.epochs):
             order = shuffle.sample(range(len(samples)), len(samples))
             for start in range(0, len(samples), minibatch):
-                rows = sorted(order[start : start + minibatch])
+                chunk = order[start : start + minibatch]
+                rows = sorted(local[r] for r in chunk if r in local)
+                scale = world / sum(actions[r] for r in chunk)
+                if not rows:  # none of this minibatch is ours: take part in the collectives
+                    rows, scale = [0], 0.0  # with a row whose loss counts for nothing
                 if fused:
-                    hidden = fused_hidden  # the whole batch, already forwarded with grad
+                    hidden, logits = fused_hidden, fused_logits  # already forwarded, with grad
                     tokens = slice(None)
                 else:
                     with self._autocast():
-                        hidden = self._action_hidden(batch, rows).float()
+                        hidden, logits = self._action_forward(batch, rows)
                     tokens = batch.index(batch.token_indices(rows))
                 allowed = batch.allowed[tokens] if batch.allowed is not None else None
-                new_logp, entropy = self._logprobs(hidden, batch.labels[tokens], allowed)
+                new_logp, entropy = self._logprobs(logits, batch.labels[tokens], allowed)
                 ratio = (new_logp - old_logp[tokens]).exp()
                 adv = advantages[tokens]
                 pg_loss = torch.max(
                     -adv * ratio, -adv * ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range)
-                ).mean()
-                loss = pg_loss - ppo.entropy_coef * entropy.mean()
+                ).sum() * scale
+                entropy_term = entropy.sum() * scale
+                loss = pg_loss - ppo.entropy_coef * entropy_term
                 self.policy_opt.zero_grad(set_to_none=True)
                 self.scaler.scale(loss).backward()
                 self.scaler.unscale_(self.policy_opt)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_params, ppo.max_grad_norm)
+                if isinstance(grad_norm, DTensor):  # sharded: the norm over every shard
+                    grad_norm = grad_norm.full_tensor()
                 if torch.isfinite(grad_norm):
                     self.scaler.step(self.policy_opt)
                 else:  # one bad minibatch must not turn the served adapter into nan
@@ -322,17 +396,19 @@ class PPOLearner:
                 self.scaler.update()
 
                 v_pred = self.value_head(features[tokens])
-                vf_loss = F.mse_loss(v_pred, returns[tokens])
+                vf_loss = (v_pred - returns[tokens]).square().sum() * scale
                 self.value_opt.zero_grad(set_to_none=True)
                 vf_loss.backward()
                 self.value_opt.step()
 
+                ratio = ratio.detach()
                 stats["pg_loss"].append(pg_loss.detach())
-                stats["entropy"].append(entropy.detach().mean())
-                stats["clipfrac"].append(((ratio.detach() - 1).abs() > ppo.clip_range).float()
-                                         .mean())
-                stats["ratio"].append(ratio.detach().mean())
+                stats["entropy"].append(entropy_term.detach())
+                stats["clipfrac"].append(((ratio - 1).abs() > ppo.clip_range).float().sum()
+                                         * scale)
+                stats["ratio"].append(ratio.sum() * scale)
                 stats["vf_loss"].append(vf_loss.detach())
+                stats["grad_norm"].append(grad_norm.detach())  # before clipping
         self.model.eval()
         self.updates += 1
         summary = {k: torch.stack(v).mean() for k, v in stats.items() if v}
@@ -341,52 +417,73 @@ class PPOLearner:
         summary["reward_mean"] = batch.rewards.mean()
         summary["value_mean"] = values.mean()
         names = list(summary)
-        out = dict(zip(names, torch.stack([summary[k].float() for k in names]).tolist(),
-                       strict=True))  # the update's one device -> host copy of statistics
+        # Averaged over processes: exact for the minibatch statistics (each process's is its
+        # tokens' sum x world / all the minibatch's tokens; the gradient norm is the same on
+        # every process), per-process means for the others.
+        totals = self.parallel.all_reduce_sum(torch.stack([summary[k].float() for k in names]))
+        out = dict(zip(names, (totals / world).tolist(), strict=True))  # the one host copy
         out.update(
             lr=float(self.policy_opt.param_groups[0]["lr"]),
             turns=float(len(samples)),
             **({"off_grammar_turns": float(off_grammar)} if off_grammar else {}),
             **({"nonfinite_steps_skipped": float(skipped_steps)} if skipped_steps else {}),
-            tokens=float(sum(batch.lengths_host)),
+            tokens=float(sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)),
             update_s=time.perf_counter() - started,
         )
         return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
 
     # --- persistence ----------------------------------------------------------------------
+    def _adapter_state(self) -> dict[str, torch.Tensor]:
+        """The trainable (LoRA) weights, whole, on the host, keyed as PEFT's model names them.
+        Sharded: every process takes part in gathering each one."""
+        return {name.removeprefix("model."): (p.full_tensor() if isinstance(p, DTensor)
+                                              else p).detach().cpu()
+                for name, p in self.forward_module.named_parameters() if p.requires_grad}
+
     def save_adapter(self, path: Path) -> Path:
-        """A PEFT adapter folder that vLLM's /v1/load_lora_adapter accepts."""
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(str(path))
+        """A PEFT adapter folder that vLLM's /v1/load_lora_adapter accepts (written by the
+        first process; every process must call this when sharded)."""
+        state = self._adapter_state()
+        if self.parallel.leader:
+            path.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(str(path), state_dict=state)
         return path
 
     def save_checkpoint(self, path: Path, meta: dict) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        """Adapter, critic and both optimizers, whole (not per shard): a checkpoint resumes
+        with any number of processes."""
         self.save_adapter(path / "adapter")
-        torch.save(
-            {
-                "value_head": self.value_head.state_dict(),
-                "policy_opt": self.policy_opt.state_dict(),
-                "value_opt": self.value_opt.state_dict(),
-                "updates": self.updates,
-            },
-            path / "trainer_state.pt",
-        )
-        (path / "meta.json").write_text(json.dumps(meta, indent=2))
+        state = {
+            "value_head": get_model_state_dict(self.value_head, options=FULL_STATE),
+            "policy_opt": get_optimizer_state_dict(self.forward_module, self.policy_opt,
+                                                   options=FULL_STATE),
+            "value_opt": get_optimizer_state_dict(self.value_head, self.value_opt,
+                                                  options=FULL_STATE),
+            "updates": self.updates,
+        }
+        if self.parallel.leader:
+            torch.save(state, path / "trainer_state.pt")
+            (path / "meta.json").write_text(json.dumps(meta, indent=2))
 
     def load_checkpoint(self, path: Path) -> dict:
-        from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
         adapter = load_file(str(path / "adapter" / "adapter_model.safetensors"))
-        result = set_peft_model_state_dict(self.model, adapter)
-        if getattr(result, "unexpected_keys", None):
-            raise RuntimeError(f"checkpoint adapter has unexpected keys: {result.unexpected_keys}")
-        state = torch.load(path / "trainer_state.pt", weights_only=True,
-                           map_location=self.device)
-        self.value_head.load_state_dict(state["value_head"])
-        self.policy_opt.load_state_dict(state["policy_opt"])
-        self.value_opt.load_state_dict(state["value_opt"])
+        # PEFT files name a weight without its adapter ("...q_proj.lora_A.weight"); the
+        # model has it under "model.", with the adapter name ("...lora_A.default.weight").
+        names = {name.removeprefix("model.").replace(".default", ""): name
+                 for name, p in self.forward_module.named_parameters() if p.requires_grad}
+        unexpected = sorted(set(adapter) - set(names))
+        if unexpected:
+            raise RuntimeError(f"checkpoint adapter has unexpected keys: {unexpected[:3]}")
+        set_model_state_dict(self.forward_module, {names[k]: v for k, v in adapter.items()},
+                             options=LOAD_FULL_STATE)
+        state = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
+        set_model_state_dict(self.value_head, state["value_head"], options=LOAD_FULL_STATE)
+        set_optimizer_state_dict(self.forward_module, self.policy_opt, state["policy_opt"],
+                                 options=LOAD_FULL_STATE)
+        set_optimizer_state_dict(self.value_head, self.value_opt, state["value_opt"],
+                                 options=LOAD_FULL_STATE)
         self.updates = int(state["updates"])
         return json.loads((path / "meta.json").read_text())
 
@@ -395,6 +492,6 @@ class PPOLearner:
         with vLLM's)."""
         batch = collate([sample], self.pad_id, self.action_masks([sample])).to(self.device)
         with torch.no_grad(), self._autocast():
-            hidden = self._action_hidden(batch).float()
-            logp, _ = self._logprobs(hidden, batch.labels, batch.allowed)
+            _, logits = self._action_forward(batch)
+            logp, _ = self._logprobs(logits, batch.labels, batch.allowed)
         return logp.tolist()

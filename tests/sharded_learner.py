@@ -1,0 +1,76 @@
+"""One rank of a sharded learner, for tests/test_ppo_sharded.py:
+``torchrun --nproc-per-node N tests/sharded_learner.py MODEL OUT``.
+
+Runs the updates of ``SCENARIOS`` on ``turns()`` (the test runs the same on one process), saves
+each scenario's adapter and a checkpoint under OUT (written by rank 0), then resumes a learner
+from a one-process checkpoint the test wrote (``OUT/single-ckpt``, if it exists) and saves what
+it loaded."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from agora.algos import distributed
+from agora.algos.compute import ComputeConfig, resolve
+from agora.algos.ppo import PPOLearner, TurnSample
+from agora.config import AgentConfig, PPOConfig
+
+# (name, PPO fields): several minibatches and epochs with a KL term and per-role whitening
+# (a minibatch of 3 leaves a rank with no row of it, now and then); the fused single pass.
+SCENARIOS = [
+    ("minibatches", {"batch_turns": 10, "minibatch_turns": 3, "epochs": 2, "kl_coef": 0.05,
+                     "advantage_norm": "role", "entropy_coef": 0.01}),
+    ("fused", {"batch_turns": 10, "minibatch_turns": 10, "epochs": 1, "kl_coef": 0.0}),
+]
+AGENT = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
+COMPUTE = ComputeConfig(device="cpu", dtype="fp32")
+
+
+def learner(model: str, ppo: dict, parallel=distributed.SINGLE) -> PPOLearner:
+    placement = resolve(COMPUTE)
+    return PPOLearner(model, AGENT, PPOConfig(torch_threads=1, learning_rate=5e-3, **ppo),
+                      seed=3, placement=placement, parallel=parallel)
+
+
+def turns(agent: PPOLearner, n: int = 10) -> list[TurnSample]:
+    """Rows of unequal prompt and completion lengths, two roles, rewards -1..1; behaviour
+    logprobs are the learner's own (the first ratio is 1)."""
+    tok = agent.tokenizer
+    out = []
+    for i in range(n):
+        prompt = tok.encode(f"Game {i}: you are {'XO'[i % 2]}." + " Think." * (i % 3),
+                            add_special_tokens=False)
+        completion = tok.encode(" abcdefgh"[1 + i % 5:][: 1 + i % 4] or "a",
+                                add_special_tokens=False)
+        sample = TurnSample(prompt, completion, [0.0] * len(completion), float(i % 3 - 1),
+                            role="XO"[i % 2])
+        sample.behaviour_logprobs = agent.sequence_logprobs(sample)
+        out.append(sample)
+    return out
+
+
+def main(model: str, out: Path) -> None:
+    parallel = distributed.from_environment()
+    distributed.start(parallel, torch.device("cpu"))
+    results = {}
+    for name, ppo in SCENARIOS:
+        agent = learner(model, ppo, parallel)
+        results[name] = agent.update(turns(agent))
+        agent.save_adapter(out / name)
+        agent.save_checkpoint(out / f"{name}-ckpt", {"scenario": name})
+    resumed = learner(model, SCENARIOS[0][1], parallel)
+    single = out / "single-ckpt"
+    if single.is_dir():
+        resumed.load_checkpoint(single)
+        resumed.save_checkpoint(out / "resumed-ckpt", {"from": "single"})
+    if parallel.leader:
+        (out / "stats.json").write_text(json.dumps(results))
+    distributed.stop(parallel)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
