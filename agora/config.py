@@ -73,6 +73,13 @@ class AgentConfig(_Strict):
     name: str = Field(..., pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,62}$")
     base: str = Field(..., description="key into `models`")
     trainable: bool = True
+    # lora: a LoRA adapter on the shared base, hot-swapped with vLLM's runtime LoRA API.
+    # full: every decoder weight trains (token embeddings and LM head stay frozen: vLLM's weight
+    # reload does not refresh its LM head), a frozen copy of the base is the KL reference; the
+    # agent gets a policy server of its own, serving the run's copy of its weights, reloaded in
+    # place with vLLM's reload_weights after each update (agora/weight_sync.py). Full-weight
+    # learning rates are ~100x smaller than LoRA's (e.g. ppo.learning_rate: 1e-6 to 1e-5).
+    finetune: Literal["lora", "full"] = "lora"
     lora_rank: int = Field(16, ge=1, le=256)
     lora_alpha: int = Field(32, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
@@ -540,6 +547,8 @@ class RunConfig(_Strict):
                              f"({sorted(self.models)})")
         if len(set(names)) != len(names):
             raise ValueError(f"agents: duplicate agent names in {names}")
+        for agent in (a for a in self.agents if a.finetune == "full"):
+            _check_full_weights(self, agent)
         placed = [a.name for a in self.agents if a.device]
         if self.trainer.processes > 1 and placed:
             raise ValueError(f"agents.{placed[0]}.device: with trainer.processes > 1 every "
@@ -706,6 +715,26 @@ ENV_VERIFIERS: dict[str, tuple[str, ...]] = {
     "code_debug": ("code_tests",),
     "support": ("tool_task",),
 }
+
+
+def _check_full_weights(cfg: RunConfig, agent: AgentConfig) -> None:
+    """A full-weight agent owns a policy server (its ``base`` key) serving its own weights."""
+    field = f"agents.{agent.name}.finetune"
+    if not agent.trainable:
+        raise ValueError(f"{field}: 'full' is for a trainable agent (a frozen agent is its base "
+                         "model: leave it 'lora')")
+    if agent.init_adapter:
+        raise ValueError(f"agents.{agent.name}.init_adapter: an adapter cannot start a "
+                         "full-weight agent (finetune: full)")
+    sharing = [a.name for a in cfg.agents if a.base == agent.base and a is not agent]
+    if sharing or cfg.judge.model == agent.base:
+        users = sharing or ["the judge"]
+        raise ValueError(f"{field}: 'full' needs a models key of its own (its policy server "
+                         f"serves this agent's weights); models.{agent.base} is also used by "
+                         f"{users[0]}: add a second key with the same model")
+    if "pool" in cfg.environment.opponents:
+        raise ValueError(f"{field}: opponent pool snapshots are LoRA adapters; a run with a "
+                         "full-weight agent cannot use environment.opponents 'pool'")
 
 
 def _check_fit(key: str, agent: ContextAgentConfig, env: str, role: str | None) -> None:

@@ -33,6 +33,7 @@ from agora.redis_server import external_redis_url, redis_service
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
 from agora.stream import RunKeys
 from agora.supervisor import Supervisor
+from agora.weight_sync import live_weights_dir, prepare_live_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,12 +144,8 @@ class Stack:
             if not self.resume:
                 self.reset_run_state()
             on_phase("starting policy server(s), reward service, gateway")
-            group = [
-                Service(name=f"policy-{key}", command=vllm_command(model_paths[key], m, host),
-                        log_path=self.run_dir / "logs" / f"policy-{key}.log", env=vllm_env(),
-                        health=http_ok(f"http://{host}:{m.port}/health"))
-                for key, m in cfg.models.items() if not policy_running
-            ]
+            group = [self.policy_service(key, model_paths[key])
+                     for key in cfg.models if not policy_running]
             reward_env = ({"AGORA_REWARD_MODEL": str(Path(cfg.reward.learned_model).resolve())}
                           if cfg.reward.learned_model else {})
             group.append(self._uvicorn("reward", "services.reward.app:app",
@@ -188,6 +185,24 @@ class Stack:
         return self._python_service(
             name, ["-m", "uvicorn", app, "--host", host, "--port", str(port), "--no-access-log"],
             http_ok(f"http://{host}:{port}/health"), extra_env)
+
+    def policy_service(self, key: str, model_path: str) -> Service:
+        """The vLLM server of ``models[key]``: the base with runtime LoRA for its agents' adapters,
+        or, for a full-weight agent's key, the run's copy of that agent's weights, served
+        under the agent's name and reloaded in place (agora/weight_sync.py)."""
+        m, host = self.cfg.models[key], self.cfg.services.host
+        full = [a for a in self.cfg.agents if a.base == key and a.finetune == "full"]
+        if full:
+            live = prepare_live_weights(Path(model_path), live_weights_dir(self.run_dir,
+                                                                           full[0].name),
+                                        fresh=not self.resume)
+            command = vllm_command(str(live), m, host, served_name=full[0].name, lora=False)
+            env = vllm_env(dev=True)
+        else:
+            command, env = vllm_command(model_path, m, host), vllm_env()
+        return Service(name=f"policy-{key}", command=command,
+                       log_path=self.run_dir / "logs" / f"policy-{key}.log", env=env,
+                       health=http_ok(f"http://{host}:{m.port}/health"))
 
     def judge_env(self) -> dict[str, str]:
         """The judge service reads its settings from the environment (agora/judge/settings)."""

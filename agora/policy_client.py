@@ -227,6 +227,19 @@ class PolicyAdmin:
         if resp.status_code != 200:
             raise PolicyServerError(f"load_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
 
+    def reload_weights(self) -> None:
+        """A full-weight server re-reads its model folder (vLLM's ``/collective_rpc
+        reload_weights``, development mode), then forgets the prefix-cache blocks the old
+        weights computed (``/reset_prefix_cache``): a cached prompt must not be served with
+        keys and values of the previous version."""
+        resp = self._post("/collective_rpc", {"method": "reload_weights"})
+        if resp.status_code != 200:
+            raise PolicyServerError(f"reload_weights -> {resp.status_code}: {resp.text} (is "
+                                    "the server in development mode, VLLM_SERVER_DEV_MODE=1?)")
+        resp = self._post("/reset_prefix_cache", {})
+        if resp.status_code != 200:
+            raise PolicyServerError(f"reset_prefix_cache -> {resp.status_code}: {resp.text}")
+
     def unload_adapter(self, name: str) -> None:
         resp = self._post("/v1/unload_lora_adapter", {"lora_name": name})
         if resp.status_code != 200:

@@ -80,15 +80,22 @@ def placement_problems(cfg: RunConfig) -> list[str]:
     """A learner's device that this machine lacks (``cuda`` without a GPU, a GPU index past the
     last), or flash-attn asked for where it cannot run: said before anything starts, not as
     the trainer's traceback after vLLM is up."""
+    import torch
+
     from agora.algos.compute import resolve
 
     problems = []
     for agent in cfg.agents:  # frozen agents get a learner too (their adapter is served)
         prefix = f"agents.{agent.name}" if agent.device else "trainer"
         try:
-            resolve(cfg.trainer, agent.device, field_prefix=prefix)
+            placement = resolve(cfg.trainer, agent.device, field_prefix=prefix)
         except ValueError as err:
             problems.append(str(err))
+            continue
+        processes, gpus = cfg.trainer.processes, torch.cuda.device_count()
+        if placement.device.type == "cuda" and processes > gpus:
+            problems.append(f"trainer.processes: {processes} processes on GPUs need {processes} "
+                            f"GPUs; {gpus} visible")
     return list(dict.fromkeys(problems))
 
 

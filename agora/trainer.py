@@ -58,7 +58,7 @@ from agora.serving.adapter_keeper import AdapterKeeper
 from agora.snapshots import SnapshotPool
 from agora.stream import EpisodeStream
 from agora.tasks import Task, load_tasks
-from agora.weight_sync import adapter_dir
+from agora.weight_sync import adapter_dir, live_weights_dir, policy_dir
 
 log = logging.getLogger("agora.trainer")
 
@@ -123,8 +123,10 @@ class Trainer:
         self.stream = EpisodeStream(self.r, run_id)
         # Publishes every new adapter, and loads the current ones again into a policy server
         # that restarted and lost them (its thread runs during run(), after setup's v0).
-        self.keeper = AdapterKeeper(self.stream, {a.name: self.admin_for(a.name)
-                                                  for a in cfg.agents})
+        self.keeper = AdapterKeeper(
+            self.stream, {a.name: self.admin_for(a.name) for a in cfg.agents},
+            live_weights={a.name: live_weights_dir(run_dir, a.name) for a in cfg.agents
+                          if a.finetune == "full"})
         self.celery = make_celery(redis_url, cfg.workers.visibility_timeout)
         self.learners: dict[str, Lockstep] = {}  # each a PPOLearner behind its Lockstep
         self.versions: dict[str, int] = {}
@@ -198,7 +200,7 @@ class Trainer:
             if live > version:
                 version = live + 1  # never go backwards: republish under a higher number
             self.versions[name] = version
-            path = learner.save_adapter(adapter_dir(self.run_dir, name, version))
+            path = learner.save_policy(self.policy_dir(name, version))
             self.keeper.publish(name, version, path)
             AGENT_GAUGES["policy_version"].labels(name).set(version)
         self.snapshots = SnapshotPool.for_run(self.cfg, self.run_dir)
@@ -206,6 +208,13 @@ class Trainer:
         self.curriculum = CurriculumTracker.for_run(self.cfg, self.r, self.run_id, self.resume)
         self.add_snapshot()
         self.set_state(status="training")
+
+    def policy_dir(self, agent: str, version: int) -> Path:
+        """Where ``agent``'s ``version`` is saved: its adapter folder (kept: pinned versions
+        and snapshots serve it), or a full-weight agent's staged model folder (moved into the
+        served folder on publish)."""
+        return policy_dir(self.run_dir, agent, version,
+                          self.cfg.agent(agent).finetune == "full")
 
     def add_snapshot(self) -> None:
         """Freeze the learner's live version into the opponent pool when it is due."""
@@ -333,8 +342,8 @@ class Trainer:
         new_paths = {}
         for name in got.turns:
             self.versions[name] += 1
-            new_paths[name] = self.learners[name].save_adapter(
-                adapter_dir(self.run_dir, name, self.versions[name]))
+            new_paths[name] = self.learners[name].save_policy(
+                self.policy_dir(name, self.versions[name]))
         if self.update_index % self.cfg.ppo.checkpoint_every == 0:
             self.checkpoint()
         for name, path in new_paths.items():

@@ -20,20 +20,25 @@ from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import AgentConfig, PPOConfig
 
 # (name, PPO fields): several minibatches and epochs with a KL term and per-role whitening
-# (a minibatch of 3 leaves a rank with no row of it, now and then); the fused single pass.
+# (a minibatch of 3 leaves a rank with no row of it, now and then); the fused single pass;
+# full-weight training (every weight sharded and trained, a frozen reference copy).
+MINIBATCHES = {"batch_turns": 10, "minibatch_turns": 3, "epochs": 2, "kl_coef": 0.05,
+               "advantage_norm": "role", "entropy_coef": 0.01}
 SCENARIOS = [
-    ("minibatches", {"batch_turns": 10, "minibatch_turns": 3, "epochs": 2, "kl_coef": 0.05,
-                     "advantage_norm": "role", "entropy_coef": 0.01}),
+    ("minibatches", MINIBATCHES),
     ("fused", {"batch_turns": 10, "minibatch_turns": 10, "epochs": 1, "kl_coef": 0.0}),
+    ("full", {**MINIBATCHES, "learning_rate": 1e-4}),
 ]
-AGENT = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
 COMPUTE = ComputeConfig(device="cpu", dtype="fp32")
 
 
-def learner(model: str, ppo: dict, parallel=distributed.SINGLE) -> PPOLearner:
-    placement = resolve(COMPUTE)
-    return PPOLearner(model, AGENT, PPOConfig(torch_threads=1, learning_rate=5e-3, **ppo),
-                      seed=3, placement=placement, parallel=parallel)
+def learner(model: str, ppo: dict, parallel=distributed.SINGLE,
+            scenario: str = "minibatches") -> PPOLearner:
+    agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16,
+                        finetune="full" if scenario == "full" else "lora")
+    ppo = {"learning_rate": 5e-3, **ppo}
+    return PPOLearner(model, agent, PPOConfig(torch_threads=1, **ppo), seed=3,
+                      placement=resolve(COMPUTE), parallel=parallel)
 
 
 def turns(agent: PPOLearner, n: int = 10) -> list[TurnSample]:
@@ -58,9 +63,9 @@ def main(model: str, out: Path) -> None:
     distributed.start(parallel, torch.device("cpu"))
     results = {}
     for name, ppo in SCENARIOS:
-        agent = learner(model, ppo, parallel)
+        agent = learner(model, ppo, parallel, name)
         results[name] = agent.update(turns(agent))
-        agent.save_adapter(out / name)
+        agent.save_policy(out / name)
         agent.save_checkpoint(out / f"{name}-ckpt", {"scenario": name})
     resumed = learner(model, SCENARIOS[0][1], parallel)
     single = out / "single-ckpt"

@@ -32,7 +32,9 @@ def _run_two_ranks(model: str, out: Path) -> None:
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(folder / "adapter_model.safetensors"))
+    """An adapter's weights, or a full-weight model folder's."""
+    adapter = folder / "adapter_model.safetensors"
+    return load_file(str(adapter if adapter.is_file() else folder / "model.safetensors"))
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +44,9 @@ def sharded_and_single(tiny_model, tmp_path_factory):
     single_dir = tmp_path_factory.mktemp("single")
     single_stats = {}
     for name, ppo in sharded_learner.SCENARIOS:
-        agent = sharded_learner.learner(tiny_model, ppo)
+        agent = sharded_learner.learner(tiny_model, ppo, scenario=name)
         single_stats[name] = agent.update(sharded_learner.turns(agent))
-        agent.save_adapter(single_dir / name)
+        agent.save_policy(single_dir / name)
         if name == "minibatches":
             agent.save_checkpoint(out / "single-ckpt", {"scenario": name})
     _run_two_ranks(tiny_model, out)
@@ -52,7 +54,8 @@ def sharded_and_single(tiny_model, tmp_path_factory):
 
 
 @pytest.mark.parametrize("scenario", [name for name, _ in sharded_learner.SCENARIOS])
-def test_two_processes_compute_the_one_process_update(sharded_and_single, scenario):
+def test_two_processes_compute_the_one_process_update(sharded_and_single, scenario,
+                                                      tiny_model):
     out, single_stats, single_dir = sharded_and_single
     sharded = json.loads((out / "stats.json").read_text())[scenario]
     single = single_stats[scenario]
@@ -65,14 +68,20 @@ def test_two_processes_compute_the_one_process_update(sharded_and_single, scenar
     before = _weights(single_dir / scenario)
     after = _weights(out / scenario)
     assert sorted(after) == sorted(before)
-    moved = 0.0
+    lr = dict(sharded_learner.SCENARIOS)[scenario].get("learning_rate", 5e-3)
     for key, weight in before.items():
         # AdamW divides by the root of tiny second moments: an element whose gradient is ~0
-        # may differ by float rounding x lr; on average the weights agree to ~1e-7.
-        torch.testing.assert_close(after[key], weight, atol=5e-4, rtol=1e-3)
-        assert (after[key] - weight).abs().mean() < 2e-6, key
-        moved += weight.abs().sum().item() if "lora_B" in key else 0.0
-    assert moved > 0  # lora_B starts at zero: the update changed the adapter
+        # may differ by up to a fraction of a step; on average the weights agree to ~lr/1e4.
+        torch.testing.assert_close(after[key], weight, atol=lr / 4, rtol=1e-3)
+        assert (after[key] - weight).abs().mean() < lr / 2500, key
+    if scenario == "full":  # every weight of the base moved, not only an adapter's
+        base = load_file(str(Path(tiny_model) / "model.safetensors"))
+        assert sorted(after) == sorted(base)
+        assert all(not torch.equal(after[k], base[k]) for k in after if "layers.0." in k)
+        # ... except the embeddings (= the tied LM head), which vLLM cannot reload.
+        assert torch.equal(after["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    else:  # lora_B starts at zero: the update changed the adapter
+        assert sum(w.abs().sum().item() for k, w in before.items() if "lora_B" in k) > 0
 
 
 def test_checkpoints_are_whole_and_resume_across_process_counts(sharded_and_single,

@@ -109,7 +109,8 @@ def broadcast(parallel: DataParallel, message: Any = None) -> Any:
 
 # The learner methods that touch the model: every rank must run them, in the same order.
 COLLECTIVE_METHODS = frozenset({"update", "set_budget_progress", "save_adapter",
-                                "save_checkpoint", "load_checkpoint"})
+                                "save_weights", "save_policy", "save_checkpoint",
+                                "load_checkpoint"})
 
 
 class Lockstep:

@@ -39,6 +39,7 @@ whitening uses statistics summed over every process. One process is the same cod
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -92,9 +93,10 @@ class ActionForward(nn.Module):
     root's forward, not called on its own. The logits exist only at action positions (a few
     tokens per turn), never over the whole vocabulary at every prompt position."""
 
-    def __init__(self, model: nn.Module, body: nn.Module) -> None:
+    def __init__(self, model: nn.Module, causal_lm: nn.Module, body: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model = model  # the trained module: the PEFT model, or the causal LM itself
+        self._causal_lm = [causal_lm]  # the same weights as (in) ``model``, not registered twice
         # The (maybe compiled) decoder, kept out of the module tree: it is ``model``'s own
         # decoder, and registering it twice would list its weights twice.
         self._decoder = [body]
@@ -104,11 +106,12 @@ class ActionForward(nn.Module):
                 positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = shared_prefix.hidden_states(self._decoder[0], input_ids, attention_mask,
                                              prefix_len)[rows, positions]
-        return hidden, self.model.get_base_model().lm_head(hidden)
+        return hidden, self._causal_lm[0].lm_head(hidden)
 
 
 class PPOLearner:
-    """An agent's model (base + LoRA via PEFT), critic and optimizers, on one device.
+    """An agent's model (base + LoRA via PEFT, or every weight with ``finetune: full``), critic
+    and optimizers, on one device (or sharded over several processes).
 
     ``compute`` is the run's ``trainer:`` section (device, dtype, attention kernel);
     ``placement``, when given, is used as it is instead (tests put a learner on devices a
@@ -135,26 +138,52 @@ class PPOLearner:
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
-        base = AutoModelForCausalLM.from_pretrained(model_path, **self.placement.model_kwargs())
+        self.full_weights = agent.finetune == "full"
+        # Full weights train as fp32 master weights (autocast does the bf16 math).
+        base = AutoModelForCausalLM.from_pretrained(
+            model_path, **self.placement.model_kwargs(full_weights=self.full_weights))
         base.config.use_cache = False
-        lora = LoraConfig(
-            r=agent.lora_rank,
-            lora_alpha=agent.lora_alpha,
-            lora_dropout=agent.lora_dropout,
-            target_modules=list(agent.lora_targets),
-            layers_to_transform=agent.lora_layers,
-            task_type="CAUSAL_LM",
-        )
-        self.model = get_peft_model(base, lora).to(self.device)
-        if agent.init_adapter:
-            self._load_adapter_weights(Path(agent.init_adapter).expanduser())
+        self.reference_forward: ActionForward | None = None
+        if self.full_weights:
+            # The KL reference and the critic's features: a frozen copy of the base (LoRA
+            # gets both from the same weights with the adapter switched off).
+            self.model = base.to(self.device)
+            # The token embeddings and the LM head stay frozen: vLLM's reload_weights does not
+            # refresh the LM head it serves (measured on the CPU build with a tied head: after
+            # a reload the served logits still came from the old head, off by up to 1.6 nats),
+            # so a trained head would make served and learned policies differ. Frozen, they
+            # also spare AdamW's two fp32 moments of the largest matrices (21% of SmolLM2).
+            for frozen in (base.get_input_embeddings(), base.get_output_embeddings()):
+                if frozen is not None:
+                    frozen.requires_grad_(False)
+            reference = AutoModelForCausalLM.from_pretrained(
+                model_path, **self.placement.model_kwargs()).to(self.device).eval()
+            reference.requires_grad_(False)
+            reference.config.use_cache = False
+            self.reference_forward = ActionForward(reference, reference, reference.model)
+        else:
+            lora = LoraConfig(
+                r=agent.lora_rank,
+                lora_alpha=agent.lora_alpha,
+                lora_dropout=agent.lora_dropout,
+                target_modules=list(agent.lora_targets),
+                layers_to_transform=agent.lora_layers,
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(base, lora).to(self.device)
+            if agent.init_adapter:
+                self._load_adapter_weights(Path(agent.init_adapter).expanduser())
         self.value_head = ValueHead(base.config.hidden_size).to(self.device)
         body = self._causal_lm().model
         # Dynamic shapes: every batch has its own length. The decoder is what costs.
         self.forward_module = ActionForward(
-            self.model, torch.compile(body, dynamic=True) if self.placement.compile else body)
+            self.model, self._causal_lm(),
+            torch.compile(body, dynamic=True) if self.placement.compile else body)
         if parallel.sharded:  # after init_adapter, before the optimizers see the parameters
             distributed.shard(self.forward_module, list(body.layers))
+            if self.reference_forward is not None:
+                distributed.shard(self.reference_forward,
+                                  list(self.reference_forward.model.model.layers))
             distributed.shard(self.value_head, [])
         self.policy_params = [p for p in self.model.parameters() if p.requires_grad]
         # Fused AdamW: one kernel for all parameters, step counters on the device (the
@@ -182,7 +211,14 @@ class PPOLearner:
 
     # --- forward helpers ------------------------------------------------------------------
     def _causal_lm(self):
-        return self.model.get_base_model()
+        return self.model if self.full_weights else self.model.get_base_model()
+
+    def _reference(self) -> tuple[ActionForward, contextlib.AbstractContextManager]:
+        """The frozen reference policy's forward, and the context it runs in: the base with
+        the adapter switched off (LoRA), or the frozen copy (full weights)."""
+        if self.reference_forward is not None:
+            return self.reference_forward, contextlib.nullcontext()
+        return self.forward_module, self.model.disable_adapter()
 
     def _autocast(self):
         return self.placement.autocast()
@@ -205,11 +241,12 @@ class PPOLearner:
             return groups
         return [(rows, 0)]
 
-    def _action_forward(self, batch: Batch,
-                        rows: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _action_forward(self, batch: Batch, rows: list[int] | None = None,
+                        module: ActionForward | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Final hidden states ``[N, H]`` at the positions that predict each action token of
         the given rows (all by default), and the logits there ``[N, vocab]`` (fp32), in flat
-        token order of the rows sorted.
+        token order of the rows sorted; through ``module`` (default: the policy).
 
         Every index is built on the host from the batch's host lists, so the forward issues no
         device -> host sync; each group is trimmed to its own longest row."""
@@ -231,8 +268,8 @@ class PPOLearner:
                 mask = batch.attention_mask[picked, :width]
             if all(batch.lengths_host[r] == width for r in members):
                 mask = None  # no padding: transformers then skips its mask (and its host sync)
-            hidden, logits = self.forward_module(input_ids, mask, prefix_len,
-                                                 batch.index(local_rows), batch.index(positions))
+            hidden, logits = (module or self.forward_module)(
+                input_ids, mask, prefix_len, batch.index(local_rows), batch.index(positions))
             hidden_pieces.append(hidden)
             logit_pieces.append(logits.float())
         if len(hidden_pieces) == 1:
@@ -325,8 +362,9 @@ class PPOLearner:
             features = fused_hidden.float().detach()
             ref_logp = None
         else:
-            with torch.no_grad(), self._autocast(), self.model.disable_adapter():
-                features, ref_logits = self._action_forward(batch)
+            reference, switch = self._reference()
+            with torch.no_grad(), self._autocast(), switch:
+                features, ref_logits = self._action_forward(batch, module=reference)
                 features = features.float()
                 ref_logp, _ = self._logprobs(ref_logits, batch.labels, batch.allowed)
                 del ref_logits
@@ -433,26 +471,50 @@ class PPOLearner:
         return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
 
     # --- persistence ----------------------------------------------------------------------
-    def _adapter_state(self) -> dict[str, torch.Tensor]:
-        """The trainable (LoRA) weights, whole, on the host, keyed as PEFT's model names them.
-        Sharded: every process takes part in gathering each one."""
-        return {name.removeprefix("model."): (p.full_tensor() if isinstance(p, DTensor)
-                                              else p).detach().cpu()
-                for name, p in self.forward_module.named_parameters() if p.requires_grad}
+    def _saved_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """What a saved policy holds: LoRA's weights, or the whole model (frozen embeddings
+        included: vLLM serves the folder)."""
+        return [(name, param) for name, param in self.forward_module.named_parameters()
+                if param.requires_grad or self.full_weights]
+
+    def _trained_state(self) -> dict[str, torch.Tensor]:
+        """The saved weights (``_saved_parameters``), whole, on the first process's host, keyed
+        as the model names them (PEFT's names, or the checkpoint names of the base).
+        Sharded: every process takes part in gathering each one; the others keep nothing."""
+        state = {}
+        for name, param in self._saved_parameters():
+            whole = param.full_tensor() if isinstance(param, DTensor) else param
+            if self.parallel.leader:
+                state[name.removeprefix("model.")] = whole.detach().cpu()
+        return state
 
     def save_adapter(self, path: Path) -> Path:
         """A PEFT adapter folder that vLLM's /v1/load_lora_adapter accepts (written by the
         first process; every process must call this when sharded)."""
-        state = self._adapter_state()
+        state = self._trained_state()
         if self.parallel.leader:
             path.mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(str(path), state_dict=state)
         return path
 
+    def save_weights(self, path: Path) -> Path:
+        """A full-weight agent's model folder (weights, config, tokenizer): what vLLM serves
+        and reloads in place (agora/weight_sync.py)."""
+        state = self._trained_state()
+        if self.parallel.leader:
+            path.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(str(path), state_dict=state)
+            self.tokenizer.save_pretrained(str(path))
+        return path
+
+    def save_policy(self, path: Path) -> Path:
+        """What the policy server takes: the adapter, or the whole model (``finetune: full``)."""
+        return self.save_weights(path) if self.full_weights else self.save_adapter(path)
+
     def save_checkpoint(self, path: Path, meta: dict) -> None:
-        """Adapter, critic and both optimizers, whole (not per shard): a checkpoint resumes
+        """Policy, critic and both optimizers, whole (not per shard): a checkpoint resumes
         with any number of processes."""
-        self.save_adapter(path / "adapter")
+        self.save_policy(path / ("weights" if self.full_weights else "adapter"))
         state = {
             "value_head": get_model_state_dict(self.value_head, options=FULL_STATE),
             "policy_opt": get_optimizer_state_dict(self.forward_module, self.policy_opt,
@@ -465,19 +527,27 @@ class PPOLearner:
             torch.save(state, path / "trainer_state.pt")
             (path / "meta.json").write_text(json.dumps(meta, indent=2))
 
+    def _load_trained_state(self, saved: dict[str, torch.Tensor]) -> None:
+        """Put saved weights (PEFT adapter file names, or a model folder's) back, sharded or
+        not. An adapter file names a weight without its adapter ("...lora_A.weight"), the
+        model with it ("...lora_A.default.weight")."""
+        names = {name.removeprefix("model.").replace(".default", ""): name
+                 for name, _ in self._saved_parameters()}
+        unexpected = sorted(set(saved) - set(names))
+        if unexpected:
+            raise RuntimeError(f"checkpoint has weights this model does not have: "
+                               f"{unexpected[:3]}")
+        set_model_state_dict(self.forward_module, {names[k]: v for k, v in saved.items()},
+                             options=LOAD_FULL_STATE)
+
     def load_checkpoint(self, path: Path) -> dict:
         from safetensors.torch import load_file
 
-        adapter = load_file(str(path / "adapter" / "adapter_model.safetensors"))
-        # PEFT files name a weight without its adapter ("...q_proj.lora_A.weight"); the
-        # model has it under "model.", with the adapter name ("...lora_A.default.weight").
-        names = {name.removeprefix("model.").replace(".default", ""): name
-                 for name, p in self.forward_module.named_parameters() if p.requires_grad}
-        unexpected = sorted(set(adapter) - set(names))
-        if unexpected:
-            raise RuntimeError(f"checkpoint adapter has unexpected keys: {unexpected[:3]}")
-        set_model_state_dict(self.forward_module, {names[k]: v for k, v in adapter.items()},
-                             options=LOAD_FULL_STATE)
+        folder = path / ("weights" if self.full_weights else "adapter")
+        saved: dict[str, torch.Tensor] = {}
+        for part in sorted(folder.glob("*.safetensors")):  # big models come in shards
+            saved.update(load_file(str(part)))
+        self._load_trained_state(saved)
         state = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
         set_model_state_dict(self.value_head, state["value_head"], options=LOAD_FULL_STATE)
         set_optimizer_state_dict(self.forward_module, self.policy_opt, state["policy_opt"],

@@ -50,9 +50,12 @@ class AdapterKeeper:
     """Publishes new versions and re-loads current ones into a server that lost them."""
 
     def __init__(self, stream: EpisodeStream, admins: Mapping[str, PolicyAdmin],
-                 period_s: float = 2.0) -> None:
+                 period_s: float = 2.0, live_weights: Mapping[str, Path] | None = None) -> None:
         self.stream = stream
         self.admins = dict(admins)  # agent -> the admin client of its policy server
+        # Full-weight agents -> the folder their server serves (agora/weight_sync.py). Such a
+        # server restarts from that folder, with the live weights: nothing to restore.
+        self.live_weights = dict(live_weights or {})
         self.period_s = period_s
         self.live: dict[str, LiveAdapter] = {}
         self.reloads: list[Reload] = []
@@ -68,8 +71,9 @@ class AdapterKeeper:
         """Hot-swap ``path`` in as ``agent``, mark ``version`` live, remember both; returns the
         swap seconds (agora.weight_sync.publish)."""
         with self._lock:
-            seconds = publish(self.admins[agent], self.stream, agent, version, path)
-            self.live[agent] = LiveAdapter(version, str(path))
+            live = self.live_weights.get(agent)
+            seconds = publish(self.admins[agent], self.stream, agent, version, path, live)
+            self.live[agent] = LiveAdapter(version, str(live or path))
         return seconds
 
     def restore_missing(self) -> list[Reload]:
@@ -85,7 +89,7 @@ class AdapterKeeper:
             except (httpx.HTTPError, ValueError, KeyError):
                 continue
             for agent in agents:
-                if agent in served:
+                if agent in served or agent in self.live_weights:
                     continue
                 with self._lock:
                     live = self.live.get(agent)

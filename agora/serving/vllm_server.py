@@ -15,7 +15,12 @@ from agora.hardware import serving_dtype
 SERVED_BASE_NAME = "base"
 
 
-def vllm_command(model_path: str, cfg: BaseModelConfig, host: str) -> list[str]:
+def vllm_command(model_path: str, cfg: BaseModelConfig, host: str,
+                 served_name: str = SERVED_BASE_NAME, lora: bool = True) -> list[str]:
+    """``lora=False``: a full-weight agent's server, serving ``model_path`` (the run's copy of
+    its weights) as ``served_name`` (the agent), reloaded in place (``vllm_env(dev=True)``)."""
+    lora_flags = ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank),
+                  "--max-loras", str(cfg.max_loras)] if lora else []
     return [
         sys.executable,
         "-m",
@@ -23,12 +28,8 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str) -> list[str]:
         "--model",
         model_path,
         "--served-model-name",
-        SERVED_BASE_NAME,
-        "--enable-lora",
-        "--max-lora-rank",
-        str(cfg.max_lora_rank),
-        "--max-loras",
-        str(cfg.max_loras),
+        served_name,
+        *lora_flags,
         "--max-model-len",
         str(cfg.max_model_len),
         "--host",
@@ -42,8 +43,13 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str) -> list[str]:
     ]
 
 
-def vllm_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def vllm_env(base: dict[str, str] | None = None, dev: bool = False) -> dict[str, str]:
+    """``dev``: vLLM's development endpoints (``/collective_rpc``, ``/reset_prefix_cache``),
+    which full-weight reloads use. They let any caller run worker methods: such a server must
+    only be reachable by the trainer (agora binds it to services.host)."""
     env = dict(os.environ if base is None else base)
+    if dev:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

@@ -1,0 +1,76 @@
+"""Full-weight agents (``agents[].finetune: full``) through the embedded stack on tiny-random:
+the agent's own vLLM server serves the run's copy of its weights; after every update the
+trainer replaces those files and vLLM reloads them in place (``/collective_rpc
+reload_weights``); what vLLM then serves is exactly the learner's new model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis
+import torch
+from safetensors.torch import load_file
+
+from agora.algos.ppo import PPOLearner, TurnSample
+from agora.config import ConfigError, PPOConfig, SamplingConfig
+from agora.launcher import make_stack
+from agora.policy_client import PolicyClient
+from agora.stream import RunKeys
+from agora.weight_sync import live_weights_dir
+from tests.stack_helpers import FP32, tiny_config
+
+PLAYER = {"name": "player", "base": "tiny", "finetune": "full", "lora_rank": 8,
+          "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}
+
+
+def test_full_weight_agent_trains_and_vllm_serves_each_new_version(tmp_path, tiny_model):
+    cfg = tiny_config(agents=[PLAYER], ppo={"max_updates": 2, "learning_rate": 2e-4})
+    stack = make_stack(cfg, "full", False, runs_root=tmp_path)
+    live = live_weights_dir(stack.run_dir, "player")
+    try:
+        stack.start()
+        stack.watch(period_s=1.0)  # returns when the trainer is done
+        client = redis.Redis.from_url(stack.redis_url)
+        assert int(client.get(RunKeys(stack.run_id).version("player"))) == 2
+        assert client.get(RunKeys(stack.run_id).adapter_path("player")).decode() == str(live)
+        rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["update"] for r in rows] == [1, 2]
+        # The served folder holds version 2: every decoder weight moved off the base; the
+        # staged version folders were used up; the checkpoint keeps the whole model.
+        base = load_file(f"{tiny_model}/model.safetensors")
+        served = load_file(str(live / "model.safetensors"))
+        assert sorted(served) == sorted(base)
+        assert all(not torch.equal(served[k], base[k]) for k in base if "layers." in k)
+        assert not list(live.parent.glob("v*"))
+        checkpoint = stack.run_dir / "checkpoints" / "ckpt-000002" / "player" / "weights"
+        torch.testing.assert_close(load_file(str(checkpoint / "model.safetensors"))[
+            "model.layers.0.mlp.up_proj.weight"], served["model.layers.0.mlp.up_proj.weight"])
+
+        # vLLM answers as the learner's final model, not the base it started from.
+        agent = cfg.agent("player")
+        final = PPOLearner(str(live), agent, PPOConfig(torch_threads=1), compute=FP32)
+        start = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), compute=FP32)
+        policy = PolicyClient(cfg.policy_url("player"), "player", final.tokenizer,
+                              SamplingConfig(max_tokens=8, stop=[], temperature=1.0))
+        gen = asyncio.run(policy.generate([{"role": "user", "content": "Your move?"}]))
+        turn = TurnSample(gen.prompt_token_ids, gen.completion_token_ids, gen.logprobs, 0.0)
+        ours, theirs = torch.tensor(final.sequence_logprobs(turn)), torch.tensor(gen.logprobs)
+        assert (ours - theirs).abs().max().item() < 2e-3
+        assert (torch.tensor(start.sequence_logprobs(turn)) - theirs).abs().max().item() > 1e-2
+    finally:
+        stack.stop()
+
+
+def test_full_weight_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match=r"agents.player.finetune: 'full' needs a models key"):
+        tiny_config(agents=[PLAYER, {**PLAYER, "name": "other", "finetune": "lora"}],
+                    environment={"name": "tictactoe", "seats": ["player", "other"],
+                                 "opponents": {"self": 1.0}})
+    with pytest.raises(ConfigError, match=r"agents.player.finetune: 'full' is for a trainable"):
+        tiny_config(agents=[{**PLAYER, "trainable": False}])
+    with pytest.raises(ConfigError, match=r"opponent pool"):
+        tiny_config(agents=[PLAYER], environment={"name": "tictactoe",
+                                                  "seats": ["player", "player"],
+                                                  "opponents": {"pool": 1.0}})
