@@ -8,11 +8,11 @@ it loaded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
-
-import torch
 
 from agora.algos import distributed
 from agora.algos.compute import ComputeConfig, resolve
@@ -29,7 +29,8 @@ SCENARIOS = [
     ("fused", {"batch_turns": 10, "minibatch_turns": 10, "epochs": 1, "kl_coef": 0.0}),
     ("full", {**MINIBATCHES, "learning_rate": 1e-4}),
 ]
-COMPUTE = ComputeConfig(device="cpu", dtype="fp32")
+# tests/test_gpu.py runs the same on GPUs (NCCL): AGORA_TEST_DEVICE=cuda.
+COMPUTE = ComputeConfig(device=os.environ.get("AGORA_TEST_DEVICE", "cpu"), dtype="fp32")
 
 
 def learner(model: str, ppo: dict, parallel=distributed.SINGLE,
@@ -37,8 +38,11 @@ def learner(model: str, ppo: dict, parallel=distributed.SINGLE,
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16,
                         finetune="full" if scenario == "full" else "lora")
     ppo = {"learning_rate": 5e-3, **ppo}
+    placement = resolve(COMPUTE)
+    placement = dataclasses.replace(placement,
+                                    device=distributed.start(parallel, placement.device))
     return PPOLearner(model, agent, PPOConfig(torch_threads=1, **ppo), seed=3,
-                      placement=resolve(COMPUTE), parallel=parallel)
+                      placement=placement, parallel=parallel)
 
 
 def turns(agent: PPOLearner, n: int = 10) -> list[TurnSample]:
@@ -60,7 +64,6 @@ def turns(agent: PPOLearner, n: int = 10) -> list[TurnSample]:
 
 def main(model: str, out: Path) -> None:
     parallel = distributed.from_environment()
-    distributed.start(parallel, torch.device("cpu"))
     results = {}
     for name, ppo in SCENARIOS:
         agent = learner(model, ppo, parallel, name)

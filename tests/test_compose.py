@@ -71,8 +71,9 @@ def run_compose(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
         timeout=60, check=False)
 
 
-def render(*args: str) -> dict:
-    result = run_compose(*args, "config", "--format", "json")
+def render(*args: str, env: dict[str, str] | None = None) -> dict:
+    result = run_compose(*args, "config", "--format", "json",
+                         env=None if env is None else {**SECRETS, **env})
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -362,6 +363,11 @@ def test_the_gpu_trainer_image_installs_flash_attn(projects):
     assert gpu["build"]["args"] == {"FLASH_ATTN_SPEC": "flash-attn"}
     assert not cpu["build"].get("args") and cpu["image"] != gpu["image"]
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    # Several GPUs for trainer.processes: the reservation's count and NCCL's shared memory.
+    many = render("--profile", "gpu", env={"AGORA_TRAINER_GPUS": "4"})["services"]["trainer"]
+    assert many["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 4
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
+    assert int(gpu["shm_size"]) >= 8 * 2**30
     parsed = dockerfile(ROOT / "services/trainer/Dockerfile")
     assert "FLASH_ATTN_SPEC=" in parsed["ARG"] and parsed["USER"][-1] == "agora"
     install = next(r for r in parsed["RUN"] if "FLASH_ATTN_SPEC" in r)

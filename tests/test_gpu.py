@@ -72,3 +72,33 @@ def test_flash_attention_2_when_installed(tiny_model):
     learner = _gpu_learner(tiny_model, attn_implementation="auto")
     assert learner.placement.attn_implementation == "flash_attention_2"
     assert learner.update(_turns(learner, 8))["turns"] == 8
+
+
+def test_processes_past_the_gpus_are_refused_before_anything_starts():
+    from agora.startup_checks import placement_problems
+    from tests.stack_helpers import tiny_config
+
+    many = torch.cuda.device_count() + 1
+    cfg = tiny_config(trainer={"device": "cuda", "processes": many},
+                      ppo={"batch_turns": 8 * many, "minibatch_turns": 8 * many})
+    assert any("trainer.processes" in p for p in placement_problems(cfg))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason="a sharded learner needs 2 GPUs here (NCCL: one process per GPU)")
+def test_two_gpus_compute_the_one_process_update(tiny_model, tmp_path, monkeypatch):
+    """tests/test_ppo_sharded.py's check, on GPUs: two processes over NCCL, fp32."""
+    import json
+
+    from tests import sharded_learner
+    from tests.test_ppo_sharded import _run_two_ranks
+
+    monkeypatch.setenv("AGORA_TEST_DEVICE", "cuda")
+    _run_two_ranks(tiny_model, tmp_path)
+    sharded = json.loads((tmp_path / "stats.json").read_text())
+    for name, ppo in sharded_learner.SCENARIOS:
+        agent = sharded_learner.learner(tiny_model, ppo, scenario=name)
+        single = agent.update(sharded_learner.turns(agent))
+        for key in ("pg_loss", "vf_loss", "grad_norm", "kl"):
+            if key in single:
+                assert sharded[name][key] == pytest.approx(single[key], rel=1e-3, abs=1e-5)

@@ -254,6 +254,13 @@ def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
                 if name == "trainer":  # the image built with flash-attn
                     gpu_image = container["image"].startswith("agora-trainer-gpu")
                     assert gpu_image == (variant == "gpu"), container["image"]
+                    # NCCL between trainer.processes needs a memory-backed /dev/shm.
+                    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+                    volumes = {v["name"]: v for v in resource["spec"]["template"]["spec"]
+                               ["volumes"]}
+                    shm = volumes.get(mounts.get("/dev/shm"), {}).get("emptyDir", {})
+                    assert (shm.get("medium") == "Memory") == (variant == "gpu")
+                    assert {"/configs", "/cache", "/runs"} <= set(mounts)
 
 
 def test_rollout_autoscales_on_queue_depth(built):
