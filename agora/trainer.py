@@ -1,6 +1,6 @@
 """The training loop driver: enqueue episodes, consume them, update each agent, publish.
 
-One loop iteration (DESIGN.md "The run's life", steps 1-3):
+One loop iteration (docs/architecture.md "The run's life", steps 1-3):
 1. keep ``queue_ahead`` rollout tasks outstanding on the Celery queue;
 2. read finished episodes from the run's stream (consumer group), drop turns more than
    ``max_staleness`` versions old, until every trainable agent has ``batch_turns`` turns;

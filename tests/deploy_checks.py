@@ -41,9 +41,9 @@ class Served:
 def served(cfg: RunConfig) -> dict[str, Served]:
     """Each service's port and health route for ``cfg``, by the deployment's service name.
 
-    The policy server is vLLM: /health is its documented route (DESIGN.md "Contracts"). The
-    trainer's metrics server (prometheus_client) answers any path; /metrics is what the
-    launcher's health check and Prometheus ask."""
+    The policy server is vLLM: /health is its documented route (docs/architecture.md
+    "Contracts"). The trainer's metrics server (prometheus_client) answers any path; /metrics
+    is what the launcher's health check and Prometheus ask."""
     svc = cfg.services
     (model,) = cfg.models.values()  # compose and k8s run one policy server
     return {

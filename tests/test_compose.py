@@ -49,7 +49,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECRETS = {"AGORA_GATEWAY_KEY_PEPPER": "pepper-for-tests",
            "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests"}
 PROFILES = ("gpu", "cpu")
-# One GPU each (DESIGN.md "Scale"); the cpu profile runs the same services without.
+# One GPU each (docs/architecture.md "Scale"); the cpu profile runs the same services without.
 GPU_SERVICES = {"policy", "judge-model", "reward", "trainer"}
 RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
 

@@ -1,4 +1,4 @@
-"""The turn-based multi-agent environment protocol (DESIGN.md "Environments").
+"""The turn-based multi-agent environment protocol (docs/architecture.md "Environments").
 
 Text in, text out: at each step one seat (``current_seat``) is asked to act; the env renders that
 seat's view as chat messages, takes the agent's raw text back and applies it. The rollout runner

@@ -1,8 +1,9 @@
 """Code debugging: an "author" writes a Python function with a bug, a "fixer" repairs it.
 
 Why two roles: the fixer learns to debug, and the author learns to produce the bugs the fixer
-learns most from (subtle but fixable ones), an automatic curriculum (DESIGN.md: "one writes
-buggy code, one fixes, tests decide"). Hidden tests decide everything, in the sandbox only.
+learns most from (subtle but fixable ones), an automatic curriculum (docs/architecture.md
+"Environments": one writes buggy code, one fixes it, tests decide). Hidden tests decide
+everything, in the sandbox only.
 
 Modes:
 

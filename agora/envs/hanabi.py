@@ -414,7 +414,7 @@ def hanabi_rewards(info: dict, num_seats: int) -> list[float]:
     """The team's score over 25 for every seat: one shared result, so one shared reward.
 
     A forfeit still reports the fireworks built before it; the caller gives the illegal move
-    its penalty (DESIGN.md: the penalty goes to the illegal move alone).
+    its penalty (docs/architecture.md "Learning": the penalty goes to the illegal move alone).
     """
     score = int(info["score"])
     if not 0 <= score <= MAX_SCORE:

@@ -1,6 +1,6 @@
-"""The metric definitions printed at the top of eval.md (and repeated in the README).
+"""The metric definitions printed at the top of eval.md (and repeated in docs/evaluation.md).
 
-One place for the words, so the markdown, the README and the code that computes the numbers
+One place for the words, so the markdown, the docs and the code that computes the numbers
 (``games``, ``discussion``, ``context_envs``, ``stats``) say the same thing.
 """
 

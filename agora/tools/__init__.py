@@ -1,4 +1,4 @@
-"""Tools agents call from their text (DESIGN.md "tool use").
+"""Tools agents call from their text (docs/architecture.md "Environments": tool use).
 
 ``REGISTRY`` holds the built-ins (``calculator``, ``python`` in the sandbox, ``search`` over
 the local corpus) and every tool users add with the ``tool`` decorator::

@@ -1,7 +1,7 @@
 """Game-outcome verifier: replay the recorded actions under the rules, then assign rewards.
 
 The reward service never trusts the worker's claim of who won: it replays the action texts on a
-fresh env. Credit assignment follows DESIGN.md "Known on this machine": an illegal or unparsable
+fresh env. Credit assignment (docs/architecture.md "Learning"): an illegal or unparsable
 move gets the penalty on that move alone (the offender's earlier legal moves get 0, because
 otherwise nearly every early game ends illegally and every move looks equally bad); a game that
 ends normally gives every move of a seat that seat's outcome (win/draw/loss).
