@@ -35,12 +35,34 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 app.add_typer(verifier_app, name="verifier")
 app.add_typer(keys_app, name="keys")
 app.add_typer(reflect_app, name="reflect")
+config_app = typer.Typer(no_args_is_help=True, help="The run config's reference and schema.")
+app.add_typer(config_app, name="config")
 console = Console()
 
 
-def _load(config: Path) -> RunConfig:
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the run config's JSON schema (for editors and validators)."""
+    from agora.config_reference import schema
+
+    print(schema())
+
+
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference in Markdown (docs/configuration.md is this output)."""
+    from agora.config_reference import render
+
+    print(render(), end="")
+
+
+# Every command that reads a run config takes overrides of its fields.
+SET_HELP = "override a config field, KEY.PATH=VALUE (YAML value; repeatable)"
+
+
+def _load(config: Path, overrides: list[str] | None = None) -> RunConfig:
     try:
-        return load_config(config)
+        return load_config(config, overrides or ())
     except ConfigError as err:
         console.print(f"[bold red]config error[/]: {err}")
         raise typer.Exit(2) from None
@@ -135,9 +157,10 @@ def up(
     config: Path = typer.Argument(..., help="run config YAML"),
     run_id: str = typer.Option(None, help="run id (default: <name>-<timestamp>)"),
     resume: bool = typer.Option(False, help="continue run --run-id from its last checkpoint"),
+    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Start the whole system locally and train until the config's budget is spent."""
-    cfg = _load(config)
+    cfg = _load(config, overrides)
     try:
         stack = make_stack(cfg, run_id, resume)
     except LaunchError as err:
@@ -221,6 +244,7 @@ def demo(
     games: int = typer.Option(None, help="evaluation games per opponent (default: config)"),
     run_id: str = typer.Option(None, help="run id (default: <name>-<timestamp>); an existing "
                                "run folder of that id is replaced"),
+    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train for a bounded budget, then print a before/after table and query the gateway."""
     from agora.config import GAME_BOTS
@@ -228,7 +252,7 @@ def demo(
     from agora.policy_client import PolicyAdmin
     from agora.weight_sync import adapter_dir
 
-    cfg = _load(config)
+    cfg = _load(config, overrides)
     if cfg.environment.name not in GAME_BOTS:
         console.print(f"[bold red]config error[/]: environment.name: demo evaluates games "
                       f"({sorted(GAME_BOTS)}); train '{cfg.environment.name}' with `agora up`, "
@@ -273,6 +297,7 @@ def compare(
                                   help="wall-clock training budget per arm (default: config)"),
     updates: int = typer.Option(None, min=1, help="instead: PPO updates per arm"),
     tasks: int = typer.Option(None, help="held-out tasks to evaluate on (default: config)"),
+    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train the learner alone and in the discussion, same budget; print curves and scores."""
     from agora.compare import (
@@ -284,7 +309,7 @@ def compare(
         with_budget,
     )
 
-    cfg = _load(config)
+    cfg = _load(config, overrides)
     if cfg.environment.name != "discussion":
         console.print("[bold red]config error[/]: environment.name: compare needs a discussion")
         raise typer.Exit(2)
@@ -405,12 +430,13 @@ def support_eval(
     policy_url: str = typer.Option(None, help="use this running vLLM instead of starting one"),
     split: str = typer.Option("all", help="all | test | train: questions of that share only "
                                           "(support-sft trains on 'train')"),
+    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Task success, tool-call accuracy and calls per episode of one policy in every desk of
     the support task, straight through vLLM (logic: agora/eval_support.py)."""
     from agora.eval_support import run_support_eval
 
-    cfg = _load(config)
+    cfg = _load(config, overrides)
     if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
         console.print("[bold red]support-eval[/]: needs a support config and --level 1, 2 or 3")
         raise typer.Exit(2)
@@ -438,13 +464,14 @@ def support_sft(
     batch_size: int = typer.Option(8, min=1),
     max_steps: int = typer.Option(None, min=1, help="stop after this many optimizer steps"),
     threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),
+    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """SFT the config's first agent on the scripted oracle desks' transcripts (train-share
     questions only), for PPO to start from (agents[].init_adapter); logic: agora/support_sft.py."""
     from agora.reflection.config import TrainStageConfig
     from agora.support_sft import oracle_examples, train_support_sft
 
-    cfg = _load(config)
+    cfg = _load(config, overrides)
     if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
         console.print("[bold red]support-sft[/]: needs a support config and --level 1, 2 or 3")
         raise typer.Exit(2)

@@ -7,7 +7,9 @@ the dotted path (``ppo.clip_range: Input should be less than 1``), which is what
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -792,5 +794,41 @@ def read_config_yaml(path: str | Path) -> object:
         raise ConfigError(f"{path}: not valid YAML: {err or type(err).__name__}") from None
 
 
-def load_config(path: str | Path) -> RunConfig:
-    return parse_config(read_config_yaml(path), str(path))
+def apply_overrides(data: object, overrides: Sequence[str]) -> object:
+    """``--set a.b.c=VALUE`` on the command line: each VALUE is read as YAML (``8``, ``true``,
+    ``[x, y]``, ``{a: 1}``); a list is entered by index (``agents.0.lora_rank=8``); missing
+    mappings on the way are created. The result is validated like any config, so a bad key or
+    value is named by its dotted path. Returns a modified copy."""
+    data = copy.deepcopy(data)
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {override!r}: expected KEY.PATH=VALUE, e.g. "
+                              "ppo.learning_rate=1e-4")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {key}: the value is not valid YAML: {err}") from None
+        node = data
+        for depth, part in enumerate(parts):
+            where = ".".join(parts[: depth + 1])
+            last = depth == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(f"--set {key}: {where} is not an index of a list of "
+                                      f"{len(node)}")
+                part = int(part)
+            elif not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping")
+            if last:
+                node[part] = value
+            else:
+                if isinstance(node, dict) and not isinstance(node.get(part), (dict, list)):
+                    node[part] = {}
+                node = node[part]
+    return data
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    return parse_config(apply_overrides(read_config_yaml(path), overrides), str(path))
