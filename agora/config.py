@@ -29,6 +29,7 @@ from agora.curriculum.settings import CurriculumConfig, fit_problem
 from agora.deployment import apply_services_override
 from agora.envs.support_options import SupportOptions
 from agora.tasks.specs import TaskSpec
+from agora.tracking import TrackingConfig
 
 
 class ConfigError(ValueError):
@@ -528,6 +529,8 @@ class RunConfig(_Strict):
     context_agents: dict[str, ContextAgentConfig] = Field(default_factory=dict)
     # Difficulty levels, promoted/demoted on the success rate (agora/curriculum/).
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    # Experiment trackers each update's metrics go to (agora/tracking.py).
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")
     def _curriculum_fits(self) -> RunConfig:

@@ -73,7 +73,9 @@ def model_problems(cfg: RunConfig) -> list[str]:
                                            agent.lora_targets)
             if problem:
                 problems.append(f"agents.{agent.name}.init_adapter: {problem}")
-    return problems + placement_problems(cfg)
+    from agora.tracking import missing_packages
+
+    return problems + placement_problems(cfg) + missing_packages(cfg.tracking)
 
 
 def placement_problems(cfg: RunConfig) -> list[str]:

@@ -40,6 +40,7 @@ from agora.reflection.training import (
     torch_threads,
     trainer_args,
 )
+from agora.tracking import trl_report_to
 
 MAX_SEED_SCAN = 100  # train-share tasks are found within a few seeds; this bounds a bad split
 
@@ -97,7 +98,8 @@ def train_support_sft(cfg: RunConfig, examples: list[dict], out: Path, stage: Tr
     history: list[dict] = []
     started = time.monotonic()
     with scratch_dir() as scratch, torch_threads(stage.threads):
-        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement),
+        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement,
+                                        trl_report_to(cfg.tracking)),
                          completion_only_loss=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                              processing_class=tokenizer, peft_config=lora_config(agent),

@@ -58,6 +58,7 @@ from agora.serving.adapter_keeper import AdapterKeeper
 from agora.snapshots import SnapshotPool
 from agora.stream import EpisodeStream
 from agora.tasks import Task, load_tasks
+from agora.tracking import Trackers
 from agora.weight_sync import adapter_dir, live_weights_dir, policy_dir
 
 log = logging.getLogger("agora.trainer")
@@ -143,6 +144,7 @@ class Trainer:
         self.tasks: list[Task] = []
         self.snapshots: SnapshotPool | None = None  # opponents: {pool: w}
         self.curriculum: CurriculumTracker | None = None  # curriculum.enabled
+        self.trackers: Trackers | None = None  # tracking.report_to, opened in setup()
 
     # --- set-up ---------------------------------------------------------------------------
     def admin_for(self, agent: str) -> PolicyAdmin:
@@ -153,6 +155,8 @@ class Trainer:
 
     def setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.trackers = Trackers(self.cfg.tracking, self.run_id, self.run_dir,
+                                 params=self.cfg.model_dump(mode="json"))
         placements = learner_placements(self.cfg, self.parallel)
         log.info("learners on %s", {n: f"{p.device} {p.dtype} {p.attn_implementation}"
                                     for n, p in placements.items()})
@@ -246,6 +250,8 @@ class Trainer:
             self.keeper.stop()
             self.set_state(status="stopping")
             distributed.release_followers(self.parallel)
+            if self.trackers is not None:
+                self.trackers.close()
         self.set_state(status="finished")
         self.hold_metrics_for_final_scrape()
 
@@ -427,6 +433,8 @@ class Trainer:
             row["agents"][name] = {k: round(v, 4) for k, v in agent_stats.items()}
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
+        if self.trackers is not None:
+            self.trackers.log(row)
         flat = {"update": self.update_index, "elapsed_s": row["elapsed_s"]}
         for name, agent_stats in row["agents"].items():
             for key in ("policy_version", "reward_mean", "win_rate", "legal_rate", "kl",

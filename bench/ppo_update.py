@@ -92,10 +92,11 @@ def synchronize(device: torch.device) -> None:
 def floor_step(learner: PPOLearner, turns: list[TurnSample]) -> None:
     batch = collate(turns, learner.pad_id).to(learner.device)
     with learner._autocast():
-        hidden = learner._body(input_ids=batch.input_ids,
-                               attention_mask=batch.attention_mask).last_hidden_state
-        logp, _ = learner._logprobs(hidden[batch.seq_of_token, batch.pred_pos].float(),
-                                    batch.labels)
+        # The learner's own model call (decoder, then the LM head at the action positions only)
+        # over every row, padded, with no prefix sharing.
+        _, logits = learner.forward_module(batch.input_ids, batch.attention_mask, 0,
+                                           batch.seq_of_token, batch.pred_pos)
+        logp, _ = learner._logprobs(logits.float(), batch.labels)
     learner.model.zero_grad(set_to_none=True)
     (-logp.mean()).backward()
 

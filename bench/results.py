@@ -7,12 +7,15 @@ Scripts run as ``python bench/<name>.py``, so this module is imported as a sibli
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results.md"
+# AGORA_BENCH_RESULTS: another file (tests/test_bench_smoke.py runs the scripts on tiny-random
+# and must not add to the real figures).
+RESULTS = Path(os.environ.get("AGORA_BENCH_RESULTS", ROOT / "bench" / "results.md"))
 TITLE = "# Benchmark results\n\nAppended by the `bench/` scripts (`make bench`), newest last.\n"
 
 

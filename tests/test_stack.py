@@ -9,6 +9,7 @@ import sys
 
 import httpx
 import redis
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from agora.launcher import make_stack
 from agora.procs import ServiceFailed
@@ -28,7 +29,8 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
     # The learner spans two processes (torchrun + FSDP2 over gloo: a multi-GPU trainer's code
     # path); the other stack tests run the one-process trainer.
     cfg = tiny_config(ppo={"max_updates": 3},
-                      trainer={"device": "cpu", "dtype": "fp32", "processes": 2})
+                      trainer={"device": "cpu", "dtype": "fp32", "processes": 2},
+                      tracking={"report_to": ["tensorboard"]})
     stack = make_stack(cfg, "loop", False, runs_root=tmp_path)
     pids: list[int] = []
     try:
@@ -56,6 +58,10 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         assert [r["update"] for r in rows] == [1, 2, 3]
         assert all(r["agents"]["player"]["turns"] >= 8 for r in rows)
         assert all(r["agents"]["player"]["grad_norm"] > 0 for r in rows)
+        # The same rows, at step = update, in TensorBoard's files under the run folder.
+        events = EventAccumulator(str(stack.run_dir / "tensorboard"))
+        events.Reload()
+        assert [e.step for e in events.Scalars("player/reward_mean")] == [1, 2, 3]
         trainer_log = (stack.run_dir / "logs" / "trainer.log").read_text()
         assert "rank 1: rank 0 finished after" in trainer_log  # the follower ran every call
 

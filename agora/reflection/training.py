@@ -50,9 +50,10 @@ def load_base(model_path: str, placement: Placement):  # -> (model, tokenizer)
     return model, tokenizer
 
 
-def trainer_args(stage: TrainStageConfig, out: Path, seed: int,
-                 placement: Placement) -> dict[str, Any]:
-    """The ``TrainingArguments`` fields SFTConfig and DPOConfig share, on ``placement``."""
+def trainer_args(stage: TrainStageConfig, out: Path, seed: int, placement: Placement,
+                 report_to: list[str] | str = "none") -> dict[str, Any]:
+    """The ``TrainingArguments`` fields SFTConfig and DPOConfig share, on ``placement``;
+    ``report_to``: TRL's own experiment trackers (agora/tracking.py ``trl_report_to``)."""
     return {
         "output_dir": str(out),
         "per_device_train_batch_size": stage.batch_size,
@@ -63,7 +64,7 @@ def trainer_args(stage: TrainStageConfig, out: Path, seed: int,
         "max_length": stage.max_length,
         "gradient_checkpointing": False,
         **placement.trl_args(),
-        "report_to": "none",
+        "report_to": report_to,
         "save_strategy": "no",
         "eval_strategy": "no",
         "logging_steps": stage.logging_steps,

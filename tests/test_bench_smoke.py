@@ -1,0 +1,31 @@
+"""The benchmark scripts still run: the PPO-update bench on tiny-random (two turns, one repeat),
+writing its section to a scratch file, not bench/results.md. The figures themselves come from
+`make bench` on a quiet machine; this only keeps the script in step with the learner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.stack_helpers import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ppo_update_bench_runs_on_the_current_learner(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().model_dump(mode="json")))
+    results = tmp_path / "results.md"
+    done = subprocess.run(
+        [sys.executable, "bench/ppo_update.py", "--config", str(config), "--device", "cpu",
+         "--dtype", "fp32", "--turns", "4", "--repeats", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    section = results.read_text()
+    for row in ("floor (fwd+bwd)", "PPO update, sharing on", "PPO update, sharing off"):
+        assert row in section
