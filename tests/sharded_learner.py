@@ -18,6 +18,7 @@ from agora.algos import distributed
 from agora.algos.compute import ComputeConfig, resolve
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import AgentConfig, PPOConfig
+from tests.test_ppo_device import _turns
 
 # (name, PPO fields): several minibatches and epochs with a KL term and per-role whitening
 # (a minibatch of 3 leaves a rank with no row of it, now and then); the fused single pass;
@@ -46,20 +47,9 @@ def learner(model: str, ppo: dict, parallel=distributed.SINGLE,
 
 
 def turns(agent: PPOLearner, n: int = 10) -> list[TurnSample]:
-    """Rows of unequal prompt and completion lengths, two roles, rewards -1..1; behaviour
-    logprobs are the learner's own (the first ratio is 1)."""
-    tok = agent.tokenizer
-    out = []
-    for i in range(n):
-        prompt = tok.encode(f"Game {i}: you are {'XO'[i % 2]}." + " Think." * (i % 3),
-                            add_special_tokens=False)
-        completion = tok.encode(" abcdefgh"[1 + i % 5:][: 1 + i % 4] or "a",
-                                add_special_tokens=False)
-        sample = TurnSample(prompt, completion, [0.0] * len(completion), float(i % 3 - 1),
-                            role="XO"[i % 2])
-        sample.behaviour_logprobs = agent.sequence_logprobs(sample)
-        out.append(sample)
-    return out
+    """Rows of unequal lengths, two roles, rewards -1..1; behaviour logprobs are the learner's
+    own (the first ratio is 1): the device tests' turns."""
+    return _turns(agent, n)
 
 
 def main(model: str, out: Path) -> None:
