@@ -40,6 +40,25 @@ app.add_typer(config_app, name="config")
 console = Console()
 
 
+@app.command("export")
+def export(
+    run: Path = typer.Argument(..., help="a run folder (runs/<id>)"),
+    agent: str = typer.Option(..., help="the agent to export"),
+    out: Path = typer.Option(..., help="the folder to write (new or empty)"),
+    version: int = typer.Option(None, min=0, help="a saved version (default: the latest)"),
+    merge: bool = typer.Option(False, help="fold the LoRA adapter into the base: a plain model"),
+) -> None:
+    """Write a trained agent as a PEFT adapter folder (or a merged model) with a model card."""
+    from agora.export import ExportError, export_agent
+
+    try:
+        done = export_agent(run, agent, out, version=version, merge=merge)
+    except (ExportError, ConfigError) as err:
+        console.print(f"[bold red]cannot export[/]: {err}")
+        raise typer.Exit(2) from None
+    console.print(f"[green]exported[/] {agent} ({done.kind}, base {done.base}) to {done.path}")
+
+
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the run config's JSON schema (for editors and validators)."""
