@@ -272,6 +272,11 @@ def demo(
     from agora.weight_sync import adapter_dir
 
     cfg = _load(config, overrides)
+    full = [a.name for a in cfg.agents if a.finetune == "full"]
+    if full:
+        console.print(f"[bold red]config error[/]: agents.{full[0]}.finetune: demo compares "
+                      "adapter versions; train a full-weight agent with `agora up`")
+        raise typer.Exit(2)
     if cfg.environment.name not in GAME_BOTS:
         console.print(f"[bold red]config error[/]: environment.name: demo evaluates games "
                       f"({sorted(GAME_BOTS)}); train '{cfg.environment.name}' with `agora up`, "

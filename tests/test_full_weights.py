@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import pytest
 import redis
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config import ConfigError, PPOConfig, SamplingConfig
+from agora.evaluation.target import EvalInputError, resolve_target
 from agora.launcher import make_stack
 from agora.policy_client import PolicyClient
 from agora.stream import RunKeys
@@ -74,3 +78,16 @@ def test_full_weight_config_errors_name_the_field():
         tiny_config(agents=[PLAYER], environment={"name": "tictactoe",
                                                   "seats": ["player", "player"],
                                                   "opponents": {"pool": 1.0}})
+
+
+def test_demo_and_eval_say_they_do_not_take_full_weight_agents_yet(tmp_path):
+    cfg = tiny_config(agents=[PLAYER])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    (run / "metrics.jsonl").write_text("")
+    with pytest.raises(EvalInputError, match=r"agents.player.finetune: full-weight agents"):
+        resolve_target(run)
+    done = subprocess.run([sys.executable, "-m", "agora.cli", "demo", str(run / "config.yaml")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "agents.player.finetune" in done.stdout

@@ -153,6 +153,12 @@ def _run_target(run_dir: Path, config: Path | None, agent: str | None) -> EvalTa
     agents = [a.name for a in cfg.agents]
     if agent is not None and agent not in agents:
         raise EvalInputError(f"--agent {agent}: not an agent of the run ({agents})")
+    full = [a.name for a in cfg.agents if a.finetune == "full"]
+    if full:  # evaluation serves versions as adapters on one base server
+        raise EvalInputError(f"agents.{full[0]}.finetune: full-weight agents are not evaluated "
+                             "by `agora eval` yet (it serves versions as LoRA adapters); "
+                             "`agora export` the live weights and evaluate the folder as a "
+                             "model, or play it through the run's gateway")
     target = EvalTarget(cfg=cfg, kind="run", source=run_dir, run_dir=run_dir)
     for name in agents:
         versions = run_versions(run_dir, name)
