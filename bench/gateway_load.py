@@ -44,11 +44,11 @@ import psutil
 import redis
 from results import RESULTS, ROOT, append_section, markdown_table
 
-from agora.config import parse_config
+from agora.cli.keys import PEPPER_ENV
+from agora.config.run import parse_config
 from agora.gateway.keys import KeyStore
-from agora.gateway.keys_cli import PEPPER_ENV
-from agora.launcher import LaunchError, make_stack
-from agora.procs import ServiceFailed
+from agora.stack.launcher import LaunchError, make_stack
+from agora.stack.procs import ServiceFailed
 
 AGENT = "player"
 MAX_TOKENS = 16
@@ -297,8 +297,8 @@ def bench_config(model: str, port_base: int):
 def load_agent_adapter(stack, cfg, model: str) -> None:
     """Serve the agent's LoRA adapter (= base weights) under its name, as the trainer does."""
     from agora.algos.ppo import PPOLearner
-    from agora.models import resolve_model
-    from agora.policy_client import PolicyAdmin
+    from agora.serving.client import PolicyAdmin
+    from agora.serving.model_folders import resolve_model
 
     learner = PPOLearner(resolve_model(model), cfg.agent(AGENT), cfg.ppo, compute=cfg.trainer)
     path = learner.save_adapter(stack.run_dir / "adapter")

@@ -17,11 +17,11 @@ import torch
 from results import append_section
 
 from agora.algos.ppo import PPOLearner
-from agora.config import AgentConfig, BaseModelConfig, PPOConfig, SamplingConfig
-from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin, PolicyClient
-from agora.procs import Service, free_port, http_ok
+from agora.config.run import AgentConfig, BaseModelConfig, PPOConfig, SamplingConfig
+from agora.serving.client import PolicyAdmin, PolicyClient
+from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import vllm_command, vllm_env
+from agora.stack.procs import Service, free_port, http_ok
 
 PROMPT = [{"role": "user", "content": "Pick a cell of the Tic-Tac-Toe board."}]
 

@@ -36,7 +36,7 @@ def shape_model(shape: str) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from agora.models import TINY_RANDOM, cache_dir, resolve_model
+    from agora.serving.model_folders import TINY_RANDOM, cache_dir, resolve_model
 
     folder = cache_dir() / "bench-shapes" / shape
     if (folder / "config.json").exists():

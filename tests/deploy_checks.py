@@ -3,9 +3,9 @@
 Shared by tests/test_compose.py and tests/test_k8s.py. The point of these checks is that a port,
 a command or a health route in docker-compose.yml or k8s/ can drift from the code without any
 other test noticing (nothing here can run an image). So every expectation comes from the code:
-ports from the run config (agora/config.py), commands from the launcher (agora/launcher.py),
-health routes from the FastAPI apps built the way uvicorn builds them, the vLLM flags from
-agora/serving/vllm_server.py.
+ports from the run config (agora/config/run.py), commands from the launcher
+(agora/stack/launcher.py), health routes from the FastAPI apps built the way uvicorn builds them,
+the vLLM flags from agora/serving/vllm_server.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from agora.config import RunConfig, load_config
-from agora.launcher import Stack
+from agora.config.run import RunConfig, load_config
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command
+from agora.stack.launcher import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -149,7 +149,7 @@ def health_url(command: list[str] | str) -> tuple[str, int, str]:
 
 def uvicorn_command(cfg: RunConfig, app: str, port: int) -> list[str]:
     """How a FastAPI service is started: the launcher's uvicorn arguments after ``python -m``
-    (agora/launcher.py), listening on every interface as a container must."""
+    (agora/stack/launcher.py), listening on every interface as a container must."""
     args = launcher_stack(cfg)._uvicorn("check", app, port).command[2:]
     args[args.index("--host") + 1] = "0.0.0.0"
     return args

@@ -17,7 +17,7 @@ from pathlib import Path
 from agora.algos import distributed
 from agora.algos.compute import ComputeConfig, resolve
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import AgentConfig, PPOConfig
+from agora.config.run import AgentConfig, PPOConfig
 from tests.test_ppo_device import _turns
 
 # (name, PPO fields): several minibatches and epochs with a KL term and per-role whitening

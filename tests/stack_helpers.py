@@ -11,8 +11,8 @@ import redis
 import yaml
 
 from agora.algos.compute import ComputeConfig
-from agora.config import RunConfig, parse_config
-from agora.procs import free_port
+from agora.config.run import RunConfig, parse_config
+from agora.stack.procs import free_port
 
 # The learner's placement of unit tests: fp32 on the CPU, whatever the machine's bf16 support.
 FP32 = ComputeConfig(device="cpu", dtype="fp32")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agora.bots import MinimaxBot, RandomBot, make_bot
+from agora.agents.bots import MinimaxBot, RandomBot, make_bot
 from agora.envs.tictactoe import TicTacToe
 
 

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from agora.context_agents import BuggyAuthor, CopyFixer, OracleFixer
+from agora.agents.context import BuggyAuthor, CopyFixer, OracleFixer
 from agora.envs.base import TurnBasedEnv
 from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID, CodeDebug, check_code, score_debug
-from agora.sandbox import SandboxLimits
-from agora.verifiers.code import expected_test_names, verify_code
+from agora.rewards.verifiers.code import expected_test_names, verify_code
+from agora.sandbox.runner import SandboxLimits
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=8)
 RNG = random.Random(0)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agora.cli import app
-from agora.compare import ArmResult, multi_agent_config, single_agent_config, with_budget
+from agora.cli.main import app
+from agora.evaluation.compare import ArmResult, multi_agent_config, single_agent_config, with_budget
 from tests.stack_helpers import tiny_config, write_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,13 +23,13 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from agora.config import ConfigError, JudgeConfig, load_config, parse_config
-from agora.deployment import SERVICES_ENV
+from agora.config.run import ConfigError, JudgeConfig, load_config, parse_config
 from agora.gateway.settings import GatewaySettings
 from agora.judge.settings import JudgeSettings
-from agora.metrics import WORKER_METRICS_PORT_ENV
-from agora.rollout.tasks import verify
+from agora.ops.metrics import WORKER_METRICS_PORT_ENV
+from agora.rollout.worker import verify
 from agora.serving.vllm_server import vllm_env
+from agora.stack.deployment import SERVICES_ENV
 from tests.deploy_checks import (
     CONFIGS,
     DEFAULT_CONFIG,

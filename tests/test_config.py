@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agora.config import ConfigError, RunConfig, load_config, parse_config
+from agora.config.run import ConfigError, RunConfig, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "configs" / "tictactoe_selfplay.yaml"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agora.config import ConfigError, apply_overrides, load_config
-from agora.config_reference import render
+from agora.config.reference import render
+from agora.config.run import ConfigError, apply_overrides, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TICTACTOE = ROOT / "configs" / "tictactoe_selfplay.yaml"

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from agora.context_agents import (
+from agora.agents.context import (
     CONTEXT_AGENTS,
     ConcederNegotiator,
     FairNegotiator,

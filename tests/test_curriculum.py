@@ -16,27 +16,27 @@ import redis
 from prometheus_client import REGISTRY
 from rich.console import Console
 
-from agora.cli import progress_table
-from agora.config import ConfigError
-from agora.curriculum import episode as curriculum_episode
-from agora.curriculum.controller import LevelState, Rule, observe
-from agora.curriculum.ladders import (
+from agora.cli.main import progress_table
+from agora.config.run import ConfigError
+from agora.data import Task
+from agora.envs.tictactoe import MARKS, TicTacToe
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
+from agora.stack.launcher import Stack
+from agora.train.curriculum import episode as curriculum_episode
+from agora.train.curriculum.controller import LevelState, Rule, observe
+from agora.train.curriculum.ladders import (
     GSM_STEP_BOUNDS,
     OpeningEnv,
     build_ladder,
     ladder_problem,
     reasoning_steps,
 )
-from agora.curriculum.openings import OPENING_LEVELS, check_opening, opening, winning_cells
-from agora.curriculum.store import CurriculumStore
-from agora.curriculum.tracker import CurriculumTracker, success_of
-from agora.envs.tictactoe import MARKS, TicTacToe
-from agora.launcher import Stack
-from agora.records import EpisodeRecord
-from agora.rollout.tasks import episode_payload, play
-from agora.stream import EpisodeStream
-from agora.tasks import Task
-from agora.trainer import Collected, Trainer
+from agora.train.curriculum.openings import OPENING_LEVELS, check_opening, opening, winning_cells
+from agora.train.curriculum.store import CurriculumStore
+from agora.train.curriculum.tracker import CurriculumTracker, success_of
+from agora.train.trainer import Collected, Trainer
 from tests.stack_helpers import tiny_config
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agora.envs.discussion import Discussion, DiscussionTask
-from agora.rewards import discussion_rewards
+from agora.rewards.discussion import discussion_rewards
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 TASK = DiscussionTask(task_id="t1", kind="math", question="What is 2 + 3?")
@@ -92,15 +92,15 @@ def _discussion_config(reward_url: str, redis_url: str, vllm_port: int, **reward
 
 
 def _task():
-    from agora.tasks import load_tasks
+    from agora.data import load_tasks
 
     return load_tasks({"source": "jsonl", "path": str(SAMPLES / "gsm8k_sample.jsonl"),
                        "format": "gsm8k"}, split="train")[0]
 
 
 def test_scripted_discussion_is_verified_and_rewarded_per_round(reward_url, redis_url):
-    from agora.records import EpisodeRecord, Turn
-    from agora.rollout.tasks import apply_verdict, verification_request, verify
+    from agora.rollout.records import EpisodeRecord, Turn
+    from agora.rollout.worker import apply_verdict, verification_request, verify
 
     cfg = _discussion_config(reward_url, redis_url, 8999, cooperation=0.5)
     task = _task()
@@ -131,9 +131,9 @@ def test_tiny_random_agents_discuss_through_vllm_into_the_stream(
     import redis
 
     from agora.algos.ppo import PPOLearner
-    from agora.policy_client import PolicyAdmin
-    from agora.rollout.tasks import episode_payload, play
-    from agora.stream import EpisodeStream
+    from agora.rollout.stream import EpisodeStream
+    from agora.rollout.worker import episode_payload, play
+    from agora.serving.client import PolicyAdmin
 
     url, _ = vllm_tiny
     cfg = _discussion_config(reward_url, redis_url, int(url.rsplit(":", 1)[1]))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agora.config import ConfigError, parse_config
+from agora.config.run import ConfigError, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {
@@ -36,7 +36,7 @@ PARTNER = {"partner": {"strategy": "fair"}}
 
 @pytest.mark.parametrize("name", ["negotiation", "story", "code_debug"])
 def test_shipped_configs_load_with_a_learner_and_scheduled_context_agents(name):
-    from agora.config import load_config
+    from agora.config.run import load_config
 
     cfg = load_config(ROOT / "configs" / f"{name}.yaml")
     assert cfg.environment.name == name

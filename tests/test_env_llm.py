@@ -12,12 +12,12 @@ import uuid
 
 import redis
 
-from agora.context_agents import OpponentPool
-from agora.policy_client import PolicyAdmin
-from agora.records import EpisodeRecord
-from agora.rollout.tasks import episode_payload, play
-from agora.stream import EpisodeStream
-from agora.trainer import Trainer
+from agora.agents.context import OpponentPool
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
+from agora.serving.client import PolicyAdmin
+from agora.train.trainer import Trainer
 from tests.stack_helpers import tiny_config
 
 

@@ -17,13 +17,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from agora.config import RunConfig
+from agora.config.run import RunConfig
 from agora.envs.negotiation import Negotiation
-from agora.procs import free_port
-from agora.records import EpisodeRecord, Turn
+from agora.rollout.records import EpisodeRecord, Turn
 from agora.rollout.scoring import JUDGE_MIDPOINT, score_episode
-from agora.rollout.tasks import episode_payload, play
-from agora.stream import EpisodeStream
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
+from agora.stack.procs import free_port
 from tests.conftest import uvicorn_service
 from tests.stack_helpers import tiny_config
 

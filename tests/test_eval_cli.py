@@ -26,17 +26,17 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
-from agora import cli
 from agora.algos.ppo import PPOLearner
-from agora.cli import app
+from agora.cli import main as cli
+from agora.cli.main import app
+from agora.data import load_tasks
 from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID
 from agora.evaluation.discussion import Answer, round_metrics
 from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.runner import spaced
 from agora.evaluation.stats import majority_vote, mean_interval, pass_at_k, rate, wilson
 from agora.evaluation.target import Version
-from agora.tasks import load_tasks
-from agora.weight_sync import adapter_dir
+from agora.serving.weights import adapter_dir
 from tests.stack_helpers import tiny_config, write_config
 
 PORT_BASE = 8320  # this file's range: 8320-8339
@@ -133,7 +133,7 @@ def assert_png(path: Path, size: tuple[int, int]) -> None:
 def test_cooperative_match_rows_carry_the_mean_score_interval_into_the_table():
     from rich.console import Console
 
-    from agora.eval import MatchResult
+    from agora.evaluation.matches import MatchResult
 
     rows = {}
     for name, scores in (("v0", [2.0, 4.0, 3.0, 3.0]), ("after", [5.0])):

@@ -14,8 +14,8 @@ import yaml
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from agora.export import ExportError, base_name, export_agent
-from agora.models import SMOLLM2
+from agora.serving.model_folders import SMOLLM2
+from agora.train.export import ExportError, base_name, export_agent
 from tests.stack_helpers import tiny_config
 from tests.test_policy_vllm import perturbed_learner
 

@@ -10,8 +10,8 @@ import threading
 
 import redis
 
-from agora.launcher import make_stack
-from agora.stream import GROUP, RunKeys
+from agora.rollout.stream import GROUP, RunKeys
+from agora.stack.launcher import make_stack
 from tests.stack_helpers import processes_of_run, tiny_config, wait_for
 
 

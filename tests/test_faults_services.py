@@ -27,13 +27,13 @@ import pytest
 import redis
 from prometheus_client import generate_latest
 
-from agora.config import SamplingConfig
-from agora.launcher import Stack, make_stack
-from agora.policy_client import AdapterMissing, PolicyAdmin, PolicyClient, load_tokenizer
-from agora.procs import Service, ServiceFailed, free_port
-from agora.redis_client import resilient_redis
+from agora.config.run import SamplingConfig
+from agora.rollout.stream import EpisodeStream, RunKeys
 from agora.serving.adapter_keeper import AdapterKeeper, Reload
-from agora.stream import EpisodeStream, RunKeys
+from agora.serving.client import AdapterMissing, PolicyAdmin, PolicyClient, load_tokenizer
+from agora.stack.launcher import Stack, make_stack
+from agora.stack.procs import Service, ServiceFailed, free_port
+from agora.stack.redis_client import resilient_redis
 from tests.stack_helpers import process_tree, processes_of_run, tiny_config, wait_for
 from tests.test_gateway import make_adapter
 

@@ -17,12 +17,12 @@ import yaml
 from safetensors.torch import load_file
 
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import ConfigError, PPOConfig, SamplingConfig
+from agora.config.run import ConfigError, PPOConfig, SamplingConfig
 from agora.evaluation.target import EvalInputError, resolve_target
-from agora.launcher import make_stack
-from agora.policy_client import PolicyClient
-from agora.stream import RunKeys
-from agora.weight_sync import live_weights_dir
+from agora.rollout.stream import RunKeys
+from agora.serving.client import PolicyClient
+from agora.serving.weights import live_weights_dir
+from agora.stack.launcher import make_stack
 from tests.stack_helpers import FP32, tiny_config
 
 PLAYER = {"name": "player", "base": "tiny", "finetune": "full", "lora_rank": 8,

@@ -15,8 +15,8 @@ import openai
 import pytest
 import yaml
 
-from agora.config import BaseModelConfig, parse_config
-from agora.procs import Service, free_port
+from agora.config.run import BaseModelConfig, parse_config
+from agora.stack.procs import Service, free_port
 from tests.conftest import uvicorn_service
 
 TIMEOUT = httpx.Timeout(180.0, connect=10.0)

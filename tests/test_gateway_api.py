@@ -22,13 +22,13 @@ import redis
 import yaml
 from typer.testing import CliRunner
 
-from agora.cli import app as cli_app
-from agora.config import parse_config
+from agora.cli.main import app as cli_app
+from agora.config.run import parse_config
 from agora.gateway.runs import tagged_processes
-from agora.policy_client import PolicyAdmin
-from agora.procs import port_in_use
-from agora.stream import EpisodeStream
-from agora.weight_sync import adapter_dir, publish
+from agora.rollout.stream import EpisodeStream
+from agora.serving.client import PolicyAdmin
+from agora.serving.weights import adapter_dir, publish
+from agora.stack.procs import port_in_use
 from tests.conftest import uvicorn_service
 from tests.stack_helpers import processes_of_run, wait_for
 

@@ -11,7 +11,7 @@ import torch
 
 from agora.algos.compute import ComputeConfig, flash_attn_installed
 from agora.algos.ppo import PPOLearner
-from agora.config import AgentConfig, PPOConfig
+from agora.config.run import AgentConfig, PPOConfig
 from tests.stack_helpers import FP32
 from tests.test_ppo_device import DeviceAudit, _turns
 
@@ -75,7 +75,7 @@ def test_flash_attention_2_when_installed(tiny_model):
 
 
 def test_processes_past_the_gpus_are_refused_before_anything_starts():
-    from agora.startup_checks import placement_problems
+    from agora.stack.preflight import placement_problems
     from tests.stack_helpers import tiny_config
 
     many = torch.cuda.device_count() + 1

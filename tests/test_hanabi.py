@@ -10,7 +10,7 @@ import statistics
 import pytest
 from textarena.envs.Hanabi.env import HanabiEnv
 
-from agora.bots import make_bot
+from agora.agents.bots import make_bot
 from agora.envs import TurnBasedEnv, make_env
 from agora.envs.hanabi import (
     COLORS,

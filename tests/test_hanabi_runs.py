@@ -1,6 +1,6 @@
 """Hanabi wired into runs: config, the game verifier's team rewards (directly and through the
 real reward service), role-conditioned advantages, and a tiny-random learner playing full
-games through ``play`` and ``agora.eval`` on the session's real vLLM server."""
+games through ``play`` and ``agora.evaluation.matches`` on the session's real vLLM server."""
 
 from __future__ import annotations
 
@@ -13,20 +13,20 @@ import pytest
 import redis
 import torch
 
+from agora.agents.bots import make_bot
 from agora.algos.ppo import PPOLearner, whiten_by_group
-from agora.bots import make_bot
-from agora.config import parse_config
+from agora.config.run import parse_config
 from agora.envs import make_env
 from agora.envs.base import DEFAULT_TURN_LIMIT
 from agora.envs.hanabi import Hanabi
-from agora.eval import evaluate
-from agora.policy_client import PolicyAdmin
-from agora.records import EpisodeRecord
+from agora.evaluation.matches import evaluate
+from agora.rewards.verifiers.game import RewardScheme, verify_game
+from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, run_episode
-from agora.rollout.tasks import episode_payload, play
-from agora.stream import EpisodeStream
-from agora.verifiers.game import RewardScheme, verify_game
-from agora.weight_sync import adapter_dir
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
+from agora.serving.client import PolicyAdmin
+from agora.serving.weights import adapter_dir
 from tests.stack_helpers import session_servers_config
 
 SCHEME = RewardScheme(win=1.0, draw=0.0, loss=-1.0, illegal=-1.0)

@@ -43,7 +43,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from agora.procs import port_in_use
+from agora.stack.procs import port_in_use
 from tests.conftest import uvicorn_service
 
 REQUEST_TIMEOUT_S = 30.0  # per request; the gateway's own upstream budget is below it

@@ -34,15 +34,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from agora.cli import app as cli_app
+from agora.cli.main import app as cli_app
 from agora.envs.support import SupportEnv
 from agora.judge.prompts import pairwise_messages, score_messages
 from agora.judge.rubrics import resolve_rubric
 from agora.judge.verdicts import neutralise, parse_scores, parse_verdict
-from agora.records import EpisodeRecord
-from agora.rollout.tasks import episode_payload, play
-from agora.sandbox import SandboxLimits, SandboxStatus, run_python
-from agora.stream import EpisodeStream
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
+from agora.sandbox.runner import SandboxLimits, SandboxStatus, run_python
 from agora.tools import parse_tool_calls
 from tests.stack_helpers import tiny_config
 

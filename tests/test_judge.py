@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client.parser import text_string_to_metric_families
 
 from agora.judge.verdicts import neutralise, parse_scores, parse_verdict
-from agora.procs import Service, free_port, stop_all
+from agora.stack.procs import Service, free_port, stop_all
 from tests.conftest import uvicorn_service
 
 TIMEOUT = httpx.Timeout(120.0, connect=10.0)

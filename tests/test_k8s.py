@@ -16,11 +16,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agora.config import load_config
-from agora.deployment import SERVICES_ENV
+from agora.config.run import load_config
 from agora.gateway.settings import GatewaySettings
 from agora.judge.settings import JudgeSettings
-from agora.metrics import ROLLOUT_QUEUE_DEPTH, WORKER_METRICS_PORT_ENV
+from agora.ops.metrics import ROLLOUT_QUEUE_DEPTH, WORKER_METRICS_PORT_ENV
+from agora.stack.deployment import SERVICES_ENV
 from tests.deploy_checks import (
     CONFIGS,
     ROOT,

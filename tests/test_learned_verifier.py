@@ -15,20 +15,25 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from agora.models import TINY_RANDOM
-from agora.procs import free_port
-from agora.records import EpisodeRecord, Turn
-from agora.tasks import Task, load_tasks
-from agora.verifier_cli import verifier_app
-from agora.verifiers.learned import LazyVerifier, LearnedVerifier, VerifierUnavailable, encode
-from agora.verifiers.learned_data import (
+from agora.cli.verifier import verifier_app
+from agora.data import Task, load_tasks
+from agora.rewards.verifiers.learned import (
+    LazyVerifier,
+    LearnedVerifier,
+    VerifierUnavailable,
+    encode,
+)
+from agora.rewards.verifiers.learned_data import (
     VerifierRow,
     balance,
     build_pairs,
     difficulty_proxy,
     read_rows,
 )
-from agora.verifiers.math import verify_math
+from agora.rewards.verifiers.math import verify_math
+from agora.rollout.records import EpisodeRecord, Turn
+from agora.serving.model_folders import TINY_RANDOM
+from agora.stack.procs import free_port
 from tests.conftest import ROOT, uvicorn_service
 
 SPEC = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 10, "test_size": 2,

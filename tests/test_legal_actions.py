@@ -18,14 +18,14 @@ import torch
 
 from agora.algos.action_mask import ChoiceMasker, choice_grammar, stop_token_ids
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import AgentConfig, PPOConfig, SamplingConfig, parse_config
+from agora.config.run import AgentConfig, PPOConfig, SamplingConfig, parse_config
 from agora.envs.base import legal_completions
 from agora.envs.hanabi import Hanabi
-from agora.policy_client import PolicyAdmin, PolicyClient
-from agora.records import EpisodeRecord
-from agora.rollout.tasks import episode_payload, play
-from agora.stream import EpisodeStream
-from agora.weight_sync import adapter_dir
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
+from agora.serving.client import PolicyAdmin, PolicyClient
+from agora.serving.weights import adapter_dir
 from tests.stack_helpers import FP32, session_servers_config
 
 LOGPROB_ATOL = 2e-3  # as tests/test_policy_vllm.py: fp32 on both sides

@@ -16,14 +16,14 @@ import redis
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agora.dashboards import DASHBOARD_DIR, DASHBOARDS, render
-from agora.launcher import make_stack
-from agora.metrics import WORKER_METRICS_PORT_ENV, exported_names, serve_from_env
-from agora.procs import Service, free_port, http_ok, tail
-from agora.prometheus_config import dump, render_compose, render_embedded
+from agora.ops.dashboards import DASHBOARD_DIR, DASHBOARDS, render
+from agora.ops.metrics import WORKER_METRICS_PORT_ENV, exported_names, serve_from_env
+from agora.ops.prometheus import dump, render_compose, render_embedded
 from agora.rollout.queue_metrics import RolloutQueueCollector, queue_depth, queue_keys
-from agora.rollout.tasks import QUEUE, TASK_NAME, make_celery
-from agora.stream import EpisodeStream
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import QUEUE, TASK_NAME, make_celery
+from agora.stack.launcher import make_stack
+from agora.stack.procs import Service, free_port, http_ok, tail
 from tests.stack_helpers import tiny_config, wait_for
 
 ROOT = DASHBOARD_DIR.parents[2]
@@ -78,11 +78,11 @@ def test_metric_name_parser_finds_every_selected_metric():
 
 
 def test_dashboard_files_are_the_generated_ones():
-    """The JSON Grafana loads is exactly what agora/dashboards.py renders (no hand edits)."""
+    """The JSON Grafana loads is exactly what agora/ops/dashboards.py renders (no hand edits)."""
     assert set(dashboards()) == {d.filename for d in DASHBOARDS}
     for dash in DASHBOARDS:
         assert (DASHBOARD_DIR / dash.filename).read_text() == render(dash), (
-            f"{dash.filename} is stale: run python -m agora.dashboards")
+            f"{dash.filename} is stale: run python -m agora.ops.dashboards")
 
 
 def test_panels_use_the_provisioned_datasource_and_exported_metrics():
@@ -111,7 +111,7 @@ def test_panels_use_the_provisioned_datasource_and_exported_metrics():
                 names = metric_names(target["expr"])
                 assert names, f"{where}: no metric in {target['expr']!r}"
                 unknown = sorted(n for n in names if not is_exported(n, exported))
-                assert not unknown, f"{where}: {unknown} are not exported (agora/metrics.py)"
+                assert not unknown, f"{where}: {unknown} are not exported (agora/ops/metrics.py)"
                 queried |= names
     # The issue's list: each of these is on some panel.
     wanted = {
@@ -132,7 +132,7 @@ def test_prometheus_configs_are_valid_and_scrape_every_service(tmp_path):
     assert promtool, "promtool missing: run scripts/ensure_prometheus.sh"
     assert PROMETHEUS_YML.read_text() == dump(render_compose()), (
         "monitoring/prometheus/prometheus.yml is stale: "
-        "python -m agora.prometheus_config --compose -o monitoring/prometheus/prometheus.yml")
+        "python -m agora.ops.prometheus --compose -o monitoring/prometheus/prometheus.yml")
     cfg = tiny_config(workers={"count": 2})
     embedded = tmp_path / "embedded.yml"
     embedded.write_text(dump(render_embedded(cfg)))

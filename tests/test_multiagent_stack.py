@@ -8,10 +8,10 @@ from pathlib import Path
 
 import redis
 
-from agora.launcher import make_stack
-from agora.procs import free_port
-from agora.records import EpisodeRecord
-from agora.stream import RunKeys
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import RunKeys
+from agora.stack.launcher import make_stack
+from agora.stack.procs import free_port
 from tests.stack_helpers import descendants_alive, process_tree, processes_of_run, tiny_config
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"

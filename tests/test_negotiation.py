@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agora.context_agents import make_context_agent
+from agora.agents.context import make_context_agent
 from agora.envs.base import TurnBasedEnv
 from agora.envs.negotiation import (
     Negotiation,

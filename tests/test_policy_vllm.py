@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import AgentConfig, PPOConfig, SamplingConfig
-from agora.policy_client import PolicyAdmin, PolicyClient, PolicyServerError
+from agora.config.run import AgentConfig, PPOConfig, SamplingConfig
+from agora.serving.client import PolicyAdmin, PolicyClient, PolicyServerError
 from tests.stack_helpers import FP32
 
 LOGPROB_ATOL = 2e-3

@@ -28,7 +28,7 @@ from agora.algos.compute import (
     weights_dtype,
 )
 from agora.algos.ppo import PPOLearner, TurnSample, collate
-from agora.config import AgentConfig, ConfigError, PPOConfig
+from agora.config.run import AgentConfig, ConfigError, PPOConfig
 from tests.stack_helpers import FP32, tiny_config
 
 aten = torch.ops.aten

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from agora.procs import free_port
+from agora.stack.procs import free_port
 
 
 def test_free_port_never_hands_out_the_same_port_twice():

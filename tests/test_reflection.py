@@ -29,10 +29,9 @@ from peft import PeftModel
 from typer.testing import CliRunner
 
 from agora.algos.compute import resolve
-from agora.cli import app
-from agora.models import TINY_RANDOM, resolve_model
+from agora.cli.main import app
+from agora.data import Task, load_tasks
 from agora.reflection.config import load_reflection_config
-from agora.reflection.metrics import majority_correct, reflection_metrics
 from agora.reflection.pairs import build_pairs
 from agora.reflection.prompts import parse_verdict
 from agora.reflection.records import (
@@ -44,10 +43,11 @@ from agora.reflection.records import (
     Turn,
     read_rows,
 )
+from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
 from agora.reflection.training import load_base
-from agora.tasks import Task, load_tasks
-from agora.verifiers.math import verify_math
+from agora.rewards.verifiers.math import verify_math
+from agora.serving.model_folders import TINY_RANDOM, resolve_model
 
 ORACLE_PORT = 8341  # this test's port range is 8340-8359
 TASK = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 6, "test_size": 3,

@@ -195,7 +195,7 @@ def task_verdict(url: str, kind: str, task: dict, responses: list[str], **extra)
 
 @pytest.fixture(scope="module")
 def arithmetic_task() -> dict:
-    from agora.tasks import load_tasks
+    from agora.data import load_tasks
 
     task = load_tasks({"source": "reasoning_gym", "name": "basic_arithmetic", "size": 1,
                        "seed": 11, "config": {"max_terms": 3}})[0]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agora.sandbox import SandboxLimits, SandboxResult, SandboxStatus, run_python
-from agora.verifiers.code import MARKER, expected_test_names, extract_code, verify_code
+from agora.rewards.verifiers.code import MARKER, expected_test_names, extract_code, verify_code
+from agora.sandbox.runner import SandboxLimits, SandboxResult, SandboxStatus, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 ROOTED = os.geteuid() == 0

@@ -11,10 +11,10 @@ import httpx
 import redis
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from agora.launcher import make_stack
-from agora.procs import ServiceFailed
-from agora.records import EpisodeRecord
-from agora.stream import RunKeys
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import RunKeys
+from agora.stack.launcher import make_stack
+from agora.stack.procs import ServiceFailed
 from tests.stack_helpers import (
     descendants_alive,
     process_tree,

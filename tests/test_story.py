@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agora.context_agents import TemplateStoryWriter
+from agora.agents.context import TemplateStoryWriter
 from agora.envs.base import TurnBasedEnv
 from agora.envs.story import MAX_PARAGRAPH_WORDS, PREMISES, StoryWriting, story_judge_request
 from agora.judge.rubric_backend import RubricBackend, weighted_overall

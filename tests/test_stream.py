@@ -6,8 +6,8 @@ import uuid
 
 import redis
 
-from agora.records import EpisodeRecord
-from agora.stream import EpisodeStream
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
 
 
 def _record(run_id: str, n: int) -> EpisodeRecord:

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from agora.config import ConfigError, load_config, parse_config
-from agora.curriculum.ladders import ENV_LEVELS
+from agora.config.run import ConfigError, load_config, parse_config
 from agora.envs.base import TurnBasedEnv
 from agora.envs.support import ROLES, SupportEnv, support_metrics, support_scores
 from agora.envs.support_agents import SupportGuesser, SupportOracle, SupportRouter
@@ -27,11 +26,12 @@ from agora.envs.support_tasks import (
     final_answer,
     make_task,
 )
-from agora.records import EpisodeRecord
-from agora.rollout.tasks import episode_payload, play
-from agora.stream import EpisodeStream
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import episode_payload, play
 from agora.tools.builtins import calculate
 from agora.tools.search import index_for
+from agora.train.curriculum.ladders import ENV_LEVELS
 from tests.stack_helpers import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -336,7 +336,7 @@ def _records(redis_url: str, run_id: str) -> list[EpisodeRecord]:
 
 def test_tiny_random_plays_support_through_vllm_and_trains_one_ppo_step(
         vllm_tiny, redis_url, tmp_path):
-    from agora.trainer import Trainer
+    from agora.train.trainer import Trainer
 
     url, _ = vllm_tiny
     # One adapter in all three seats. The prefill makes every turn a real search call (the

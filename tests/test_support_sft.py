@@ -10,13 +10,13 @@ import uuid
 from typer.testing import CliRunner
 
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.cli import app
+from agora.cli.main import app
 from agora.envs.support_tasks import FACTS, make_task, task_split
-from agora.eval_support import eval_seeds, run_support_eval
-from agora.policy_client import render_prompt
+from agora.evaluation.support import eval_seeds, run_support_eval
 from agora.reflection.config import TrainStageConfig
-from agora.startup_checks import model_problems
-from agora.support_sft import oracle_examples, train_support_sft
+from agora.serving.client import render_prompt
+from agora.stack.preflight import model_problems
+from agora.train.support_sft import oracle_examples, train_support_sft
 from tests.stack_helpers import tiny_config
 
 runner = CliRunner()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agora.tasks import NLI_LABELS, Task, TaskError, load_tasks, parse_spec
-from agora.verifiers.math import verify_math
+from agora.data import NLI_LABELS, Task, TaskError, load_tasks, parse_spec
+from agora.rewards.verifiers.math import verify_math
 
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K = ROOT / "data" / "samples" / "gsm8k_sample.jsonl"
@@ -84,8 +84,8 @@ def test_reasoning_gym_test_split_follows_the_training_distribution():
 
 
 def test_reasoning_gym_curriculum_draws_stay_in_the_train_share():
-    from agora.tasks.rgym import in_test_share, train_task_at
-    from agora.tasks.specs import ReasoningGymSpec
+    from agora.data.rgym import in_test_share, train_task_at
+    from agora.data.specs import ReasoningGymSpec
 
     spec = ReasoningGymSpec(source="reasoning_gym", name="basic_arithmetic", size=50,
                             test_fraction=0.5, config={"max_terms": 2, "max_digits": 1})

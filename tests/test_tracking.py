@@ -10,8 +10,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from agora.reflection.config import TrainStageConfig
 from agora.reflection.training import trainer_args
-from agora.startup_checks import model_problems
-from agora.tracking import Trackers, TrackingConfig, flat_metrics, trl_report_to
+from agora.stack.preflight import model_problems
+from agora.train.tracking import Trackers, TrackingConfig, flat_metrics, trl_report_to
 from tests.stack_helpers import FP32, tiny_config
 
 

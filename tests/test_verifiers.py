@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agora.tasks import Task, TaskError, TaskRef, load_tasks, rgym
-from agora.verifiers import math as math_verifier
-from agora.verifiers.math import extract_final_answer, verify_math
-from agora.verifiers.nli import parse_nli, verify_nli
+from agora.data import Task, TaskError, TaskRef, load_tasks, rgym
+from agora.rewards.verifiers import math as math_verifier
+from agora.rewards.verifiers.math import extract_final_answer, verify_math
+from agora.rewards.verifiers.nli import parse_nli, verify_nli
 
 # --- answer extraction ----------------------------------------------------------------------
 

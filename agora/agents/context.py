@@ -3,7 +3,7 @@
 
 Three pieces:
 
-* Scripted agents with the bots' interface (``act(env, rng) -> str``, see ``agora.bots``), so
+* Scripted agents with the bots' interface (``act(env, rng) -> str``, see ``agora.agents.bots``), so
   the rollout runner seats them like any bot: negotiators (``greedy``, ``fair``, ``conceder``),
   two story writers (``template_writer``, the weaker ``short_writer``), two code authors (the
   known bug, ``buggy_author``, or the reference solution, ``reference_author``) and two

@@ -9,8 +9,8 @@ module: every tensor of the update was built on the CPU and autocast was ``"cpu"
 The choices, and why:
 - ``device: auto`` is the first CUDA GPU when torch sees one, else the CPU.
 - ``dtype: auto`` is bf16 on a GPU that supports it (fp16 otherwise) and on a CPU with native
-  bf16 (AMX / AVX512-BF16, ``agora.hardware``), else fp32: bf16 on a CPU without it was measured
-  3.5x slower.
+  bf16 (AMX / AVX512-BF16, ``agora.stack.hardware``), else fp32: bf16 on a CPU without it was
+  measured 3.5x slower.
 - Weights are stored in fp32 on the CPU (autocast computes in bf16 where that pays, and the
   fp32 weights were the fastest layout measured here) and in the compute dtype on a GPU (half
   the memory; PEFT keeps the LoRA weights themselves in fp32).
@@ -144,7 +144,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         return getattr(torch, DTYPES[name])
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    from agora.hardware import cpu_has_fast_bf16
+    from agora.stack.hardware import cpu_has_fast_bf16
 
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 

@@ -3,10 +3,10 @@
 Why: a learner whose base does not fit one GPU (a 7B+ base, or full-weight training) needs its
 weights, gradients and optimizer state sharded over several. agora does not write that engine:
 each learner is wrapped with PyTorch's own ``fully_shard`` (FSDP2: one unit per decoder layer plus
-the root), started by ``torchrun`` (agora/launcher.py), one process per GPU (``cuda:LOCAL_RANK``,
-NCCL), or per CPU slot (gloo: the same code path, which is how CI tests it). Accelerate's FSDP
-plugin wraps the same ``fully_shard`` but refuses a CPU process group, so it could not be tested
-here; DeepSpeed would bring its own optimizer and checkpoint format.
+the root), started by ``torchrun`` (agora/stack/launcher.py), one process per GPU
+(``cuda:LOCAL_RANK``, NCCL), or per CPU slot (gloo: the same code path, which is how CI tests it).
+Accelerate's FSDP plugin wraps the same ``fully_shard`` but refuses a CPU process group, so it
+could not be tested here; DeepSpeed would bring its own optimizer and checkpoint format.
 
 How the trainer drives it: rank 0 is the trainer (Redis, the Celery queue, publishing, metrics);
 every other rank builds the same learners and ``follow``s. Each call rank 0 makes on a learner

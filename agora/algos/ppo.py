@@ -63,7 +63,7 @@ from agora.algos.advantages import gae, whiten_by_group
 from agora.algos.batch import Batch, TurnSample, collate
 from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.algos.distributed import DataParallel
-from agora.config import AgentConfig, PPOConfig
+from agora.config.run import AgentConfig, PPOConfig
 
 __all__ = ["PPOLearner", "TurnSample", "ValueHead", "collate"]
 
@@ -499,7 +499,7 @@ class PPOLearner:
 
     def save_weights(self, path: Path) -> Path:
         """A full-weight agent's model folder (weights, config, tokenizer): what vLLM serves
-        and reloads in place (agora/weight_sync.py)."""
+        and reloads in place (agora/serving/weights.py)."""
         state = self._trained_state()
         if self.parallel.leader:
             path.mkdir(parents=True, exist_ok=True)

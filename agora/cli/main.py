@@ -20,15 +20,15 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from agora.config import ConfigError, RunConfig, load_config
-from agora.gateway.keys_cli import keys_app
-from agora.launcher import LaunchError, Stack, make_stack
-from agora.procs import ServiceFailed
-from agora.redis_client import fail_fast_redis
-from agora.reflection.cli import reflect_app
+from agora.cli.keys import keys_app
+from agora.cli.reflection import reflect_app
+from agora.cli.verifier import verifier_app
+from agora.config.run import ConfigError, RunConfig, load_config
 from agora.rollout.scoring import ENV_METRICS
-from agora.stream import RunKeys
-from agora.verifier_cli import verifier_app
+from agora.rollout.stream import RunKeys
+from agora.stack.launcher import LaunchError, Stack, make_stack
+from agora.stack.procs import ServiceFailed
+from agora.stack.redis_client import fail_fast_redis
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Post-train LLM agents with multi-agent RL.")
@@ -49,7 +49,7 @@ def export(
     merge: bool = typer.Option(False, help="fold the LoRA adapter into the base: a plain model"),
 ) -> None:
     """Write a trained agent as a PEFT adapter folder (or a merged model) with a model card."""
-    from agora.export import ExportError, export_agent
+    from agora.train.export import ExportError, export_agent
 
     try:
         done = export_agent(run, agent, out, version=version, merge=merge)
@@ -62,7 +62,7 @@ def export(
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the run config's JSON schema (for editors and validators)."""
-    from agora.config_reference import schema
+    from agora.config.reference import schema
 
     print(schema())
 
@@ -70,7 +70,7 @@ def config_schema() -> None:
 @config_app.command("reference")
 def config_reference() -> None:
     """Print the configuration reference in Markdown (docs/configuration.md is this output)."""
-    from agora.config_reference import render
+    from agora.config.reference import render
 
     print(render(), end="")
 
@@ -146,7 +146,7 @@ def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
                       f"gateway http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}")
         with Live(progress_table(stack, started), console=console, refresh_per_second=1) as live:
             def tick() -> None:
-                # Redis restarting (agora/supervisor.py): keep the last view until it is back.
+                # Redis restarting (agora/stack/supervisor.py): keep the last view until it is back.
                 with contextlib.suppress(redis.RedisError):
                     live.update(progress_table(stack, started))
 
@@ -266,10 +266,10 @@ def demo(
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train for a bounded budget, then print a before/after table and query the gateway."""
-    from agora.config import GAME_BOTS
-    from agora.eval import evaluate
-    from agora.policy_client import PolicyAdmin
-    from agora.weight_sync import adapter_dir
+    from agora.config.run import GAME_BOTS
+    from agora.evaluation.matches import evaluate
+    from agora.serving.client import PolicyAdmin
+    from agora.serving.weights import adapter_dir
 
     cfg = _load(config, overrides)
     full = [a.name for a in cfg.agents if a.finetune == "full"]
@@ -324,7 +324,7 @@ def compare(
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train the learner alone and in the discussion, same budget; print curves and scores."""
-    from agora.compare import (
+    from agora.evaluation.compare import (
         ArmResult,
         evaluate_arm,
         multi_agent_config,
@@ -457,8 +457,8 @@ def support_eval(
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Task success, tool-call accuracy and calls per episode of one policy in every desk of
-    the support task, straight through vLLM (logic: agora/eval_support.py)."""
-    from agora.eval_support import run_support_eval
+    the support task, straight through vLLM (logic: agora/evaluation/support.py)."""
+    from agora.evaluation.support import run_support_eval
 
     cfg = _load(config, overrides)
     if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
@@ -493,7 +493,7 @@ def support_sft(
     """SFT the config's first agent on the scripted oracle desks' transcripts (train-share
     questions only), for PPO to start from (agents[].init_adapter); logic: agora/support_sft.py."""
     from agora.reflection.config import TrainStageConfig
-    from agora.support_sft import oracle_examples, train_support_sft
+    from agora.train.support_sft import oracle_examples, train_support_sft
 
     cfg = _load(config, overrides)
     if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):

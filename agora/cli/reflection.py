@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agora.config import ConfigError
+from agora.config.run import ConfigError
 from agora.reflection.config import STAGES, ReflectionConfig, load_reflection_config
 
 reflect_app = typer.Typer(
@@ -42,10 +42,10 @@ def _log(message: str) -> None:
 @contextlib.contextmanager
 def _failures() -> Iterator[None]:
     """Turn the errors a user can cause into a message and an exit code."""
-    from agora.policy_client import PolicyServerError, PolicyUnavailable
+    from agora.data import TaskError
     from agora.reflection.records import DataError
     from agora.reflection.server import ServerError
-    from agora.tasks import TaskError
+    from agora.serving.client import PolicyServerError, PolicyUnavailable
 
     try:
         yield

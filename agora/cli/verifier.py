@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.algos.compute import ComputeConfig, resolve
-from agora.verifiers.learned import DEFAULT_MAX_LENGTH
-from agora.verifiers.learned_data import (
+from agora.rewards.verifiers.learned import DEFAULT_MAX_LENGTH
+from agora.rewards.verifiers.learned_data import (
     BucketCounts,
     DataError,
     DifficultyMode,
@@ -133,7 +133,7 @@ def train_cmd(
     """Train a 1-logit sequence classifier with TRL's RewardTrainer on (right, wrong) answer
     pairs (same question where possible, else same difficulty), on --device; print pair
     accuracy on the training pairs and on held-out questions."""
-    from agora.verifiers.learned_train import (
+    from agora.rewards.verifiers.learned_train import (
         MAX_TRAIN_ACCURACY_PAIRS,
         TrainOptions,
         train_verifier,

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from agora.config import RunConfig
+from agora.config.run import RunConfig
 
 
 def field_comments(model: type[BaseModel]) -> dict[str, str]:

@@ -25,11 +25,11 @@ from pydantic import (
 )
 
 from agora.algos.compute import DEVICE_PATTERN, ComputeConfig, refuse_bf16_field
-from agora.curriculum.settings import CurriculumConfig, fit_problem
-from agora.deployment import apply_services_override
+from agora.data.specs import TaskSpec
 from agora.envs.support_options import SupportOptions
-from agora.tasks.specs import TaskSpec
-from agora.tracking import TrackingConfig
+from agora.stack.deployment import apply_services_override
+from agora.train.curriculum.settings import CurriculumConfig, fit_problem
+from agora.train.tracking import TrackingConfig
 
 
 class ConfigError(ValueError):
@@ -62,7 +62,8 @@ class BaseModelConfig(_Strict):
     max_model_len: int = Field(512, ge=64)
     max_loras: int = Field(2, ge=1)
     max_lora_rank: int = Field(16, ge=1)
-    # 'auto' = float32 on CPUs without native bf16 (see agora/hardware.py), else vLLM's choice.
+    # 'auto' = float32 on CPUs without native bf16 (see agora/stack/hardware.py), else vLLM's
+    # choice.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     # KV block size. vLLM's CPU default (128) is longer than the prompt prefix that turns
     # share (chat template + system prompt, ~45 tokens here), so nothing was ever served from
@@ -80,7 +81,7 @@ class AgentConfig(_Strict):
     # full: every decoder weight trains (token embeddings and LM head stay frozen: vLLM's weight
     # reload does not refresh its LM head), a frozen copy of the base is the KL reference; the
     # agent gets a policy server of its own, serving the run's copy of its weights, reloaded in
-    # place with vLLM's reload_weights after each update (agora/weight_sync.py). Full-weight
+    # place with vLLM's reload_weights after each update (agora/serving/weights.py). Full-weight
     # learning rates are ~100x smaller than LoRA's (e.g. ppo.learning_rate: 1e-6 to 1e-5).
     finetune: Literal["lora", "full"] = "lora"
     lora_rank: int = Field(16, ge=1, le=256)
@@ -149,7 +150,7 @@ class StoryOptions(_Strict):
     @field_validator("baseline")
     @classmethod
     def _writer(cls, name: str) -> str:
-        from agora.context_agents import CONTEXT_AGENT_FITS
+        from agora.agents.context import CONTEXT_AGENT_FITS
 
         if CONTEXT_AGENT_FITS.get(name, ("", None))[0] != "story":
             writers = sorted(n for n, (env, _) in CONTEXT_AGENT_FITS.items() if env == "story")
@@ -191,7 +192,8 @@ def _check_rubric(name: str) -> str:
 
 
 class PoolConfig(_Strict):
-    """Frozen snapshots of the learner as opponents (``opponents: {pool: w}``; agora/snapshots.py).
+    """Frozen snapshots of the learner as opponents (``opponents: {pool: w}``;
+    agora/train/snapshots.py).
 
     The trainer adds its adapter as a snapshot at v0 and every ``snapshot_every`` updates,
     keeps the newest ``max_snapshots`` with Elo ratings, and draws one per pool episode
@@ -206,7 +208,7 @@ class PoolConfig(_Strict):
 
 # Environments whose seats may be scripted context agents (``context:<name>``), and their sizes.
 CONTEXT_ENVS = ("negotiation", "story", "code_debug", "support")
-# Scripted bots that can fill the other seats of each game (agora/bots.py), as opponents in
+# Scripted bots that can fill the other seats of each game (agora/agents/bots.py), as opponents in
 # training ("environment.opponents") and in evaluation ("eval.opponents").
 GAME_BOTS: dict[str, tuple[str, ...]] = {
     "tictactoe": ("random", "minimax"),
@@ -321,7 +323,7 @@ CONTEXT_PREFIX = "context:"
 
 
 class ContextAgentConfig(_Strict):
-    """A scripted seat (agora/context_agents.py), seated as ``context:<name>``.
+    """A scripted seat (agora/agents/context.py), seated as ``context:<name>``.
 
     Give exactly one of: ``strategy`` (one fixed strategy); ``cycle`` + ``every`` (each
     strategy for ``every`` trainer updates in turn, round and round); ``schedule`` (points
@@ -338,7 +340,7 @@ class ContextAgentConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_form(self) -> ContextAgentConfig:
-        from agora.context_agents import CONTEXT_AGENTS, Schedule
+        from agora.agents.context import CONTEXT_AGENTS, Schedule
 
         given = [k for k in ("strategy", "cycle", "schedule") if getattr(self, k) is not None]
         if len(given) != 1:
@@ -362,8 +364,8 @@ class ContextAgentConfig(_Strict):
             return list(dict.fromkeys(self.cycle))
         return list(dict.fromkeys(name for _, name in self.schedule or []))
 
-    def make_schedule(self):  # -> agora.context_agents.Schedule | None (fixed strategy)
-        from agora.context_agents import Schedule
+    def make_schedule(self):  # -> agora.agents.context.Schedule | None (fixed strategy)
+        from agora.agents.context import Schedule
 
         if self.cycle is not None and self.every is not None:
             return Schedule.cycling(self.cycle, self.every)
@@ -385,7 +387,7 @@ class RewardConfig(_Strict):
     correct: float = 1.0
     wrong: float = 0.0
     # MAPoRL's cooperative incentive alpha: how much of teammates' verified scores each agent
-    # gets (agora/rewards.py). 0 = every agent for itself.
+    # gets (agora/rewards/discussion.py). 0 = every agent for itself.
     cooperation: float = Field(0.0, ge=0.0, le=10.0)
     # Which verifier scores math/NLI answers: the rule verifier, the learned verifier (a
     # classifier trained with `agora verifier train`, folder in `learned_model`), or a blend
@@ -481,12 +483,12 @@ class ServicesConfig(_Strict):
     judge_port: int = Field(8203, ge=1024, le=65535)
     health_timeout_s: float = Field(300.0, gt=0)
     # `agora up` restarts a crashed policy server or embedded Redis this many times (each) before
-    # it stops everything (agora/supervisor.py); other services stop everything at once.
+    # it stops everything (agora/stack/supervisor.py); other services stop everything at once.
     restarts: int = Field(3, ge=0, le=100)
     # Where a service is reached when it is not at `host`: compose and k8s give each service its
     # own DNS name (keys: the names of RunConfig.all_ports(), or `policy` for every policy
     # server). `host` stays the address the trainer binds its metrics to (0.0.0.0 in a
-    # container). Usually set by the deployment via AGORA_SERVICES (agora/deployment.py).
+    # container). Usually set by the deployment via AGORA_SERVICES (agora/stack/deployment.py).
     hosts: dict[str, str] = Field(default_factory=dict)
 
 
@@ -527,9 +529,9 @@ class RunConfig(_Strict):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     # Scripted seats, by name (seated as ``context:<name>`` in environment.seats).
     context_agents: dict[str, ContextAgentConfig] = Field(default_factory=dict)
-    # Difficulty levels, promoted/demoted on the success rate (agora/curriculum/).
+    # Difficulty levels, promoted/demoted on the success rate (agora/train/curriculum/).
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
-    # Experiment trackers each update's metrics go to (agora/tracking.py).
+    # Experiment trackers each update's metrics go to (agora/train/tracking.py).
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")
@@ -744,7 +746,7 @@ def _check_full_weights(cfg: RunConfig, agent: AgentConfig) -> None:
 
 def _check_fit(key: str, agent: ContextAgentConfig, env: str, role: str | None) -> None:
     """Every strategy of a context seat must play this env (and this seat's role)."""
-    from agora.context_agents import CONTEXT_AGENT_FITS
+    from agora.agents.context import CONTEXT_AGENT_FITS
 
     for strategy in agent.strategies():
         fit_env, fit_role = CONTEXT_AGENT_FITS[strategy]

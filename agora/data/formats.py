@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from agora.tasks.base import NLI_LABELS, NO_GOLD_LABEL, Task, gold_nli_label
+from agora.data.base import NLI_LABELS, NO_GOLD_LABEL, Task, gold_nli_label
 
 Format = Literal["gsm8k", "anli"]
 

@@ -1,7 +1,7 @@
 """``load_tasks``: any spec (reasoning-gym, a JSONL file, a Hugging Face dataset) to tasks.
 
 Splits are deterministic so a run's test set never leaks into its training set between restarts:
-reasoning-gym uses disjoint generator seeds (see ``agora.tasks.rgym``); files and Hub splits are
+reasoning-gym uses disjoint generator seeds (see ``agora.data.rgym``); files and Hub splits are
 shuffled by index with ``Random(seed)`` and the first ``round(n * test_fraction)`` go to test.
 Each split keeps the source's order. Every row is validated before splitting, so a bad row is
 reported whichever split is asked for.
@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from agora.jsonl import read_jsonl
-from agora.tasks import rgym
-from agora.tasks.base import Task, TaskError
-from agora.tasks.formats import PARSERS, SkipRow
-from agora.tasks.specs import HFSpec, JsonlSpec, ReasoningGymSpec, Split, TaskSpec
+from agora.data import rgym
+from agora.data.base import Task, TaskError
+from agora.data.formats import PARSERS, SkipRow
+from agora.data.jsonl import read_jsonl
+from agora.data.specs import HFSpec, JsonlSpec, ReasoningGymSpec, Split, TaskSpec
 
 _SPEC = TypeAdapter(TaskSpec)
 _SPLITS = ("train", "test", "all")

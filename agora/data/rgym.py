@@ -28,12 +28,12 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from agora.tasks.base import Task, TaskError, TaskRef, jsonable
+from agora.data.base import Task, TaskError, TaskRef, jsonable
 
 if TYPE_CHECKING:
     from reasoning_gym.dataset import ProceduralDataset
 
-    from agora.tasks.specs import ReasoningGymSpec
+    from agora.data.specs import ReasoningGymSpec
 
 PREFIX = "reasoning_gym:"
 _BLOCK = 2**32
@@ -101,7 +101,7 @@ def train_task_at(spec: ReasoningGymSpec, index: int) -> Task:
     """A train task without generating the split before it: the first train-share item at or
     after draw ``index % spec.size``, which is always one of ``generate``'s ``size`` train
     tasks. What a curriculum needs to draw one task with a level's knobs
-    (agora/curriculum/ladders.py)."""
+    (agora/train/curriculum/ladders.py)."""
     knobs = json.dumps(jsonable(spec.config), sort_keys=True)
     draws = train_draws(spec)
     dataset = _dataset(spec.name, knobs, draws, dataset_seed(spec.seed, "train"))

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agora.tasks.formats import Format
+from agora.data.formats import Format
 
 Split = Literal["train", "test", "all"]
 
@@ -28,14 +28,14 @@ class _Spec(BaseModel):
 
 class ReasoningGymSpec(_Spec):
     """Procedurally generated tasks: train and test hold disjoint questions, each drawn from the
-    generator's own distribution (agora/tasks/rgym.py)."""
+    generator's own distribution (agora/data/rgym.py)."""
 
     source: Literal["reasoning_gym"]
     name: str = Field(..., description="a reasoning-gym dataset: basic_arithmetic, gsm_symbolic")
     size: int = Field(500, ge=1, le=2**29, description="train tasks")
     test_size: int | None = Field(None, ge=1, le=2**29, description="test tasks; default: size")
     # The share of the *question space* held out (by a hash of the question text; see
-    # agora/tasks/rgym.py): both splits then follow the generator's own distribution.
+    # agora/data/rgym.py): both splits then follow the generator's own distribution.
     test_fraction: float = Field(
         0.1, gt=0.0, lt=1.0, description="share of distinct questions reserved for 'test'"
     )

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
-from agora.sandbox import SandboxLimits
-from agora.verifiers.code import CodeVerdict, extract_code, verify_code
+from agora.rewards.verifiers.code import CodeVerdict, extract_code, verify_code
+from agora.sandbox.runner import SandboxLimits
 
 MAX_CODE_CHARS = 6000  # longer code is cut (and then usually fails to parse)
 DEFAULT_LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=8)

@@ -1,6 +1,6 @@
 """``environment.support`` of a run config (agora/envs/support.py), and the env built from it.
 
-Kept beside the env rather than in agora/config.py so that the tool checks (which import the
+Kept beside the env rather than in agora/config/run.py so that the tool checks (which import the
 tool registry and users' tool modules) stay out of the config module's imports.
 """
 
@@ -77,7 +77,7 @@ class SupportOptions(BaseModel):
 
 def build_support_env(opts: SupportOptions, payload: dict) -> SupportEnv:
     """The episode's env at a level from ``opts.levels`` drawn by the episode's seed (a
-    curriculum then sets ``env.level`` itself: agora/curriculum/ladders.py, ENV_LEVELS)."""
+    curriculum then sets ``env.level`` itself: agora/train/curriculum/ladders.py, ENV_LEVELS)."""
     from agora.tools import import_tool_modules
 
     import_tool_modules(opts.tool_modules)  # a worker process registers users' tools too

@@ -321,7 +321,7 @@ TEST_FRACTION = 0.3  # share of the question space held out from support-sft's d
 
 def task_split(question: str, test_fraction: float = TEST_FRACTION) -> str:
     """'test' or 'train' by a hash of the question: a fixed split of the question space, so
-    a warm start (agora/support_sft.py) never sees the questions it is measured on. Level 1
+    a warm start (agora/train/support_sft.py) never sees the questions it is measured on. Level 1
     has one question per fact, so its test share is facts never shown."""
     digest = hashlib.sha1(question.encode()).digest()
     return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"

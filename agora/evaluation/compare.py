@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from agora.config import RunConfig, parse_config
-from agora.eval_discussion import DiscussionResult, evaluate_discussion
+from agora.config.run import RunConfig, parse_config
+from agora.evaluation.rounds import DiscussionResult, evaluate_discussion
 from agora.serving.vllm_server import SERVED_BASE_NAME
 
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from agora.config import RunConfig
-from agora.models import resolve_model
-from agora.policy_client import PolicyClient, load_tokenizer
+from agora.config.run import RunConfig
 from agora.rollout.runner import LLMPlayer
+from agora.serving.client import PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
 
 
 @dataclass

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 
-from agora.config import CONTEXT_PREFIX
+from agora.config.run import CONTEXT_PREFIX
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import mean_interval, rate
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
-from agora.records import EpisodeRecord
+from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player, run_episode
 from agora.rollout.scoring import ENV_METRICS, JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import build_env, make_context_seat

@@ -24,13 +24,13 @@ import asyncio
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from agora.data import Task
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import majority_vote, pass_at_k, rate
+from agora.rewards.verifiers.math import extract_final_answer, verify_math
+from agora.rewards.verifiers.nli import verify_nli
 from agora.rollout.runner import run_episode
-from agora.tasks import Task
-from agora.verifiers.math import extract_final_answer, verify_math
-from agora.verifiers.nli import verify_nli
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import combinations
 
-from agora.bots import make_bot
+from agora.agents.bots import make_bot
 from agora.envs import make_env
 from agora.envs.hanabi import MAX_SCORE
 from agora.evaluation.context import EvalContext
 from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.stats import mean_interval, rate
-from agora.records import EpisodeRecord
+from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player, run_episode
 
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0, "illegal": 0.0}

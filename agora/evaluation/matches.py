@@ -9,27 +9,17 @@ game (Hanabi) the mean team score with its 95% interval.
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass, field
 
 import httpx
 
-from agora.bots import make_bot
-from agora.config import RunConfig
+from agora.agents.bots import make_bot
+from agora.config.run import RunConfig
 from agora.envs import make_env
-from agora.models import resolve_model
-from agora.policy_client import PolicyClient, load_tokenizer
+from agora.evaluation.stats import wilson
 from agora.rollout.runner import BotPlayer, LLMPlayer, run_episode
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 0.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+from agora.serving.client import PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """TrueSkill ratings of every evaluated player (snapshots and scripted bots) from a round robin.
 
 Why TrueSkill (the ``trueskill`` package) and not the opponent pool's running Elo
-(``agora.context_agents.OpponentPool``): a rating table from one evaluation should come with
+(``agora.agents.context.OpponentPool``): a rating table from one evaluation should come with
 its uncertainty, and TrueSkill keeps a sigma per player, so the table can rank by the
 conservative skill ``mu - 3 sigma`` (a player with few or noisy games is not ranked high by
 luck). TrueSkill updates game by game, so the order of the games matters a little; the games

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from agora.config import RunConfig
+from agora.config.run import RunConfig
+from agora.data import Task, load_tasks
 from agora.envs.discussion import Discussion, DiscussionTask
-from agora.eval import wilson
-from agora.models import resolve_model
-from agora.policy_client import PolicyClient, load_tokenizer
+from agora.evaluation.stats import wilson
+from agora.rewards.verifiers.math import verify_math
+from agora.rewards.verifiers.nli import verify_nli
 from agora.rollout.runner import LLMPlayer, run_episode
-from agora.tasks import Task, load_tasks
-from agora.verifiers.math import verify_math
-from agora.verifiers.nli import verify_nli
+from agora.serving.client import PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
 
 
 @dataclass

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agora.config import CONTEXT_PREFIX, GAME_BOTS
+from agora.config.run import CONTEXT_PREFIX, GAME_BOTS
+from agora.data import TaskError, load_tasks
 from agora.evaluation import context_envs, discussion, games
 from agora.evaluation.context import EvalContext, open_http
 from agora.evaluation.curves import plot_training_curves
 from agora.evaluation.report import write_report
 from agora.evaluation.serving import JUDGED_ENVS, EvalServices, GivenUrls
 from agora.evaluation.target import EvalInputError, EvalTarget, Version, base_version
-from agora.tasks import TaskError, load_tasks
 
 SCORED_ENVS = tuple(context_envs.SUCCESS_METRIC) + ("negotiation", "story")
 

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import httpx
 
-from agora.config import RunConfig
+from agora.config.run import RunConfig
 from agora.evaluation.target import EvalInputError, Version
-from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin, PolicyServerError, PolicyUnavailable
-from agora.procs import Service, free_port, http_ok, port_in_use, stop_all
+from agora.serving.client import PolicyAdmin, PolicyServerError, PolicyUnavailable
+from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
+from agora.stack.procs import Service, free_port, http_ok, port_in_use, stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
 JUDGED_ENVS = ("story", "negotiation")

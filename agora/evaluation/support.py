@@ -17,16 +17,16 @@ from pathlib import Path
 
 import httpx
 
-from agora.config import RunConfig
+from agora.config.run import RunConfig
 from agora.envs.support import support_scores
 from agora.envs.support_options import build_support_env
 from agora.envs.support_tasks import make_task, task_split
-from agora.eval import wilson
-from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin, PolicyClient, load_tokenizer
-from agora.procs import Service, http_ok
+from agora.evaluation.stats import wilson
 from agora.rollout.runner import LLMPlayer, run_episode
+from agora.serving.client import PolicyAdmin, PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
+from agora.stack.procs import Service, http_ok
 
 
 @dataclass

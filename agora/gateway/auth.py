@@ -24,7 +24,7 @@ from limits.aio.strategies import FixedWindowRateLimiter
 
 from agora.gateway.errors import GatewayError
 from agora.gateway.keys import DIGESTS_HASH, KEYS_HASH, SALT_KEY, key_digest
-from agora.metrics import GATEWAY_RATE_LIMITED
+from agora.ops.metrics import GATEWAY_RATE_LIMITED
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 

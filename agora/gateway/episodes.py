@@ -34,14 +34,14 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from redis.exceptions import LockError
 
-from agora.bots import make_bot
-from agora.config import GAME_BOTS, RunConfig, SamplingConfig
+from agora.agents.bots import make_bot
+from agora.config.run import GAME_BOTS, RunConfig, SamplingConfig
 from agora.envs import TurnBasedEnv, make_env
 from agora.envs.base import legal_completions
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.gateway.errors import GatewayError, validation_error
-from agora.gateway.models import ModelRouter, Route
 from agora.gateway.proxy import parse_json_object, post_json
+from agora.gateway.schemas import ModelRouter, Route
 
 USER = "user"
 BOT_PREFIX = "bot:"
@@ -132,7 +132,7 @@ def replay(state: EpisodeState) -> TurnBasedEnv:
 @lru_cache(maxsize=4)
 def held_out_tasks(spec_json: str) -> list:
     """The run's test-split tasks (cached: reasoning-gym generates them on each load)."""
-    from agora.tasks import load_tasks
+    from agora.data import load_tasks
 
     return load_tasks(json.loads(spec_json), split="test", limit=200)
 

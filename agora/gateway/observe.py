@@ -1,6 +1,6 @@
 """``agora_gateway_*`` metrics: requests by route and status, latency by route.
 
-Separate from ``agora.metrics.instrument`` (the ``agora_http_*`` series every service has)
+Separate from ``agora.ops.metrics.instrument`` (the ``agora_http_*`` series every service has)
 because the gateway is the public door: its dashboards count 401/429 by route and watch its
 own latency, apart from the internal services'. Latency is to the response headers; for a
 stream that is the first byte, the number a user waits before tokens start.
@@ -12,7 +12,7 @@ import time
 
 from fastapi import FastAPI, Request
 
-from agora.metrics import GATEWAY_LATENCY, GATEWAY_REQUESTS
+from agora.ops.metrics import GATEWAY_LATENCY, GATEWAY_REQUESTS
 
 
 def observe_gateway(app: FastAPI) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from agora.stream import RunKeys
-from agora.weight_sync import adapter_dir
+from agora.rollout.stream import RunKeys
+from agora.serving.weights import adapter_dir
 
 VERSION_DIR = re.compile(r"^v(\d+)$")
 

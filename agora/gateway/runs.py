@@ -33,12 +33,12 @@ import redis.asyncio as aioredis
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from agora.config import RunConfig
+from agora.config.run import RunConfig
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.run_context import RunContext, agent_summary_from_state, last_jsonl_rows
-from agora.launcher import RUN_ID, LaunchError, new_run_id, preflight
-from agora.procs import tail
-from agora.stream import RunKeys
+from agora.rollout.stream import RunKeys
+from agora.stack.launcher import RUN_ID, LaunchError, new_run_id, preflight
+from agora.stack.procs import tail
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIVE_KEY = "agora:gateway:active_run"
@@ -155,7 +155,7 @@ class RunManager:
             record = self.launch(cfg, run_id)
         except LaunchError as err:
             await self.redis.delete(ACTIVE_KEY)
-            # Taken ports, models not on disk, unreachable services (agora/startup_checks.py).
+            # Taken ports, models not on disk, unreachable services (agora/stack/preflight.py).
             raise GatewayError(409, str(err), "cannot_start") from None
         except BaseException:
             await self.redis.delete(ACTIVE_KEY)

@@ -4,7 +4,7 @@
 place, so "latest" needs no bookkeeping. ``alice@v12`` is version 12's own adapter folder
 (``adapters/alice/v12``, which the trainer keeps), loaded into the agent's vLLM server on first
 use under its own LoRA name ``alice@v12`` and reused after that. That is the same name the
-rollout workers give opponent-pool snapshots (``agora.snapshots.snapshot_name``), so a version
+rollout workers give opponent-pool snapshots (``agora.train.snapshots.snapshot_name``), so a version
 loaded by either is reused by both.
 
 A vLLM restart forgets runtime adapters: a pinned request that vLLM answers 404 is reloaded
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import httpx
 
-from agora.config import AgentConfig, RunConfig
+from agora.config.run import AgentConfig, RunConfig
 from agora.gateway.errors import GatewayError
 from agora.gateway.proxy import transport_error, upstream_detail
 from agora.gateway.run_context import RunContext
-from agora.snapshots import snapshot_name
+from agora.train.snapshots import snapshot_name
 
 MODEL_PATTERN = re.compile(r"^(?P<agent>[^@\s]+)(?:@(?P<version>[^@\s]*))?$")
 VERSION_PATTERN = re.compile(r"^v(\d{1,9})$")

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agora.config import ConfigError
-from agora.envvars import EnvReader
+from agora.config.run import ConfigError
+from agora.stack.envvars import EnvReader
 
 PREFIX = "AGORA_GATEWAY_"
 DEFAULT_TIMEOUT_S = 120.0

@@ -20,7 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from agora.judge.metrics import CACHE_ERRORS
+from agora.ops.metrics import JUDGE_CACHE_ERRORS
 
 KEY_PREFIX = "agora:judge:"
 DEFAULT_TTL_S = 7 * 24 * 3600
@@ -94,6 +94,6 @@ class VerdictCache:
             await self.client.aclose()
 
     def _failed(self, op: str, err: Exception) -> None:
-        CACHE_ERRORS.labels(op).inc()
+        JUDGE_CACHE_ERRORS.labels(op).inc()
         log.warning("judge cache %s failed (%s: %s); continuing uncached", op, type(err).__name__,
                     err)

@@ -28,17 +28,6 @@ from pydantic import BaseModel
 
 from agora.judge.cache import VerdictCache, cache_key
 from agora.judge.errors import JudgeError, JudgeUpstreamError
-from agora.judge.metrics import (
-    CACHE_HITS,
-    CACHE_MISSES,
-    LATENCY,
-    MALFORMED,
-    ORDER_CHECKS,
-    POSITION_BIAS,
-    REQUESTS,
-    UPSTREAM_ERRORS,
-    init_judge_backend,
-)
 from agora.judge.rubric_backend import PRECISION, RubricNotScorable, weighted_overall
 from agora.judge.rubrics import UnknownRubric, resolve_rubric
 from agora.judge.schemas import (
@@ -51,6 +40,17 @@ from agora.judge.schemas import (
     ScoreResponse,
 )
 from agora.judge.verdicts import slot_probability
+from agora.ops.metrics import (
+    JUDGE_CACHE_HITS,
+    JUDGE_CACHE_MISSES,
+    JUDGE_LATENCY,
+    JUDGE_MALFORMED,
+    JUDGE_ORDER_CHECKS,
+    JUDGE_POSITION_BIAS,
+    JUDGE_REQUESTS,
+    JUDGE_UPSTREAM_ERRORS,
+    init_judge_backend,
+)
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -138,16 +138,16 @@ class Judge:
             except ValueError:
                 resp = None  # an entry written by an older schema: judge again, overwrite it
         if resp is None:
-            CACHE_MISSES.labels(endpoint).inc()
+            JUDGE_CACHE_MISSES.labels(endpoint).inc()
             return None
-        CACHE_HITS.labels(endpoint).inc()
-        LATENCY.labels(endpoint, backend.name, "true").observe(time.perf_counter() - started)
+        JUDGE_CACHE_HITS.labels(endpoint).inc()
+        JUDGE_LATENCY.labels(endpoint, backend.name, "true").observe(time.perf_counter() - started)
         return resp
 
     async def pairwise(self, req: PairwiseRequest) -> PairwiseResponse:
         backend = self.backend(req.backend)
         rubric = self.rubric(req.rubric, backend)
-        REQUESTS.labels("pairwise", backend.name).inc()
+        JUDGE_REQUESTS.labels("pairwise", backend.name).inc()
         started = time.perf_counter()
         payload = {"context": req.context, "a": req.a, "b": req.b, "rubric": rubric.model_dump()}
         digest = cache_key("pairwise", backend.identity(), payload)
@@ -159,11 +159,11 @@ class Judge:
         result = combine(ab, ba)
         malformed = sum(v.verdict is None for v in (ab, ba))
         if malformed:
-            MALFORMED.labels("pairwise", backend.name).inc(malformed)
+            JUDGE_MALFORMED.labels("pairwise", backend.name).inc(malformed)
         if result.parsed_ok:
-            ORDER_CHECKS.labels(backend.name).inc()
+            JUDGE_ORDER_CHECKS.labels(backend.name).inc()
             if result.position_bias:
-                POSITION_BIAS.labels(backend.name).inc()
+                JUDGE_POSITION_BIAS.labels(backend.name).inc()
         resp = PairwiseResponse(
             winner=result.winner,
             prob_a=result.prob_a,
@@ -177,7 +177,8 @@ class Judge:
         )
         if resp.parsed_ok:
             await self.cache.set(digest, resp.model_dump(exclude={"cached"}))
-        LATENCY.labels("pairwise", backend.name, "false").observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        JUDGE_LATENCY.labels("pairwise", backend.name, "false").observe(elapsed)
         return resp
 
     async def _both_orders(
@@ -192,14 +193,14 @@ class Judge:
         for result in results:
             if isinstance(result, BaseException):
                 if isinstance(result, JudgeUpstreamError):
-                    UPSTREAM_ERRORS.labels(str(result.status)).inc()
+                    JUDGE_UPSTREAM_ERRORS.labels(str(result.status)).inc()
                 raise result
         return results[0], results[1]
 
     async def score(self, req: ScoreRequest) -> ScoreResponse:
         backend = self.backend(req.backend)
         rubric = self.rubric(req.rubric, backend)
-        REQUESTS.labels("score", backend.name).inc()
+        JUDGE_REQUESTS.labels("score", backend.name).inc()
         started = time.perf_counter()
         payload = {"context": req.context, "response": req.response, "rubric": rubric.model_dump()}
         digest = cache_key("score", backend.identity(), payload)
@@ -210,11 +211,11 @@ class Judge:
         try:
             raw, scores = await backend.score(req.context, req.response, rubric)
         except JudgeUpstreamError as err:
-            UPSTREAM_ERRORS.labels(str(err.status)).inc()
+            JUDGE_UPSTREAM_ERRORS.labels(str(err.status)).inc()
             raise
         parsed_ok = all(v is not None for v in scores.values())
         if not parsed_ok:
-            MALFORMED.labels("score", backend.name).inc()
+            JUDGE_MALFORMED.labels("score", backend.name).inc()
         resp = ScoreResponse(
             scores=scores,
             overall=weighted_overall(rubric, scores),
@@ -229,5 +230,5 @@ class Judge:
         )
         if parsed_ok:
             await self.cache.set(digest, resp.model_dump(exclude={"cached"}))
-        LATENCY.labels("score", backend.name, "false").observe(time.perf_counter() - started)
+        JUDGE_LATENCY.labels("score", backend.name, "false").observe(time.perf_counter() - started)
         return resp

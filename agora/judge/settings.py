@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agora.config import ConfigError
-from agora.envvars import EnvReader
+from agora.config.run import ConfigError
 from agora.judge.cache import DEFAULT_TTL_S
+from agora.stack.envvars import EnvReader
 
 PREFIX = "AGORA_JUDGE_"
 

@@ -1,13 +1,13 @@
 """The Grafana dashboards, as data: each panel's title, what it shows, and its PromQL queries.
 
-``python -m agora.dashboards`` writes them to ``monitoring/grafana/dashboards/*.json`` (the files
-Grafana's provisioning loads; a test checks they match this module), ``--list`` prints every
-panel with its queries as a Markdown table.
+``python -m agora.ops.dashboards`` writes them to ``monitoring/grafana/dashboards/*.json``
+(the files Grafana's provisioning loads; a test checks they match this module), ``--list`` prints
+every panel with its queries as a Markdown table.
 
 Why a generator and not JSON exported from Grafana's UI: the queries are the point, and here
 they sit next to each other where a renamed metric is one search away; the tests read the
 generated JSON (what Grafana actually loads) and check every metric name against
-``agora.metrics`` and every query against a live Prometheus. Why not grafana-foundation-sdk or
+``agora.ops.metrics`` and every query against a live Prometheus. Why not grafana-foundation-sdk or
 grafanalib: the subset used (time series panels, one template variable) is a dozen JSON fields,
 and a build-only dependency for it would be heavier than the code below.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 DATASOURCE_UID = "agora-prometheus"
 DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "monitoring" / "grafana" / "dashboards"
 RATE = "$__rate_interval"
 NOT_PLUMBING = 'route!~"/metrics|/health"'  # scrapes and health checks are not traffic
@@ -349,7 +349,7 @@ def markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agora.dashboards",
+    parser = argparse.ArgumentParser(prog="python -m agora.ops.dashboards",
                                      description="Write (or list) agora's Grafana dashboards.")
     parser.add_argument("--out", type=Path, default=DASHBOARD_DIR)
     parser.add_argument("--list", action="store_true", help="print panels and queries")

@@ -1,6 +1,6 @@
 """Every Prometheus metric agora exports (all names start with ``agora_``), in one place.
 
-Why one module: the Grafana dashboards (``agora/dashboards.py``) and their test check each
+Why one module: the Grafana dashboards (``agora/ops/dashboards.py``) and their test check each
 queried name against this catalogue, and a name defined next to the code that bumps it is
 easy to rename without noticing a dashboard went blank. The processes that export them:
 

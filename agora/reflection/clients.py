@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from agora.data import Task
 from agora.envs.base import ChatMessage
-from agora.policy_client import RETRYABLE, PolicyClient, PolicyServerError, PolicyUnavailable
-from agora.tasks import Task
-from agora.verifiers.math import verify_math
+from agora.rewards.verifiers.math import verify_math
+from agora.serving.client import RETRYABLE, PolicyClient, PolicyServerError, PolicyUnavailable
 
 
 class ChatClient:

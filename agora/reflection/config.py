@@ -14,14 +14,14 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agora.algos.compute import ComputeConfig, refuse_bf16_field
-from agora.config import (
+from agora.config.run import (
     BaseModelConfig,
     ConfigError,
     SamplingConfig,
     _format_errors,
     read_config_yaml,
 )
-from agora.tasks.specs import TaskSpec
+from agora.data.specs import TaskSpec
 
 ROLES = ("actor", "critic")
 STAGES = ("base", "sft", "dpo")

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 
 from agora.algos.compute import resolve
-from agora.models import resolve_model
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.pairs import pairs_path
 from agora.reflection.records import DataError, PreferencePair, read_rows
@@ -30,6 +29,7 @@ from agora.reflection.training import (
     torch_threads,
     trainer_args,
 )
+from agora.serving.model_folders import resolve_model
 
 
 def train_dpo(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict[str, dict]:

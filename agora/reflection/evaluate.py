@@ -16,15 +16,15 @@ from collections.abc import Callable
 
 import httpx
 
-from agora.models import resolve_model
-from agora.policy_client import PolicyClient, load_tokenizer
+from agora.data import Task, load_tasks
 from agora.reflection.clients import Agents, check, generate
 from agora.reflection.config import STAGES, ReflectionConfig
-from agora.reflection.metrics import reflection_metrics
 from agora.reflection.prompts import actor_messages, critic_messages, parse_verdict, refine_messages
 from agora.reflection.records import Transcript, Turn, write_rows
+from agora.reflection.scores import reflection_metrics
 from agora.reflection.server import served_adapters
-from agora.tasks import Task, load_tasks
+from agora.serving.client import PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
 
 
 async def run_episode(agents: Agents, task: Task, turns: int, max_chars: int,

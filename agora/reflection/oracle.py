@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 import httpx
 
-from agora.models import resolve_model
-from agora.policy_client import PolicyClient, load_tokenizer
+from agora.data import Task, load_tasks
 from agora.reflection.clients import ChatClient, check, generate, oracle_api_key
 from agora.reflection.config import ReflectionConfig
 from agora.reflection.prompts import (
@@ -30,8 +29,9 @@ from agora.reflection.prompts import (
     with_reference,
 )
 from agora.reflection.records import Critique, OracleRow, write_rows
+from agora.serving.client import PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME
-from agora.tasks import Task, load_tasks
 
 ORACLE_FILE = "oracle.jsonl"
 

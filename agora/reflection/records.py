@@ -15,10 +15,10 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agora.data import Task
+from agora.data.jsonl import read_jsonl
 from agora.envs.base import ChatMessage
-from agora.jsonl import read_jsonl
 from agora.reflection.prompts import Verdict
-from agora.tasks import Task
 
 
 class DataError(ValueError):

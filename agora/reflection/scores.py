@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from agora.eval import wilson
+from agora.evaluation.stats import wilson
 from agora.reflection.records import Transcript
 
 

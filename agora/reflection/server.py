@@ -15,12 +15,12 @@ from pathlib import Path
 
 import httpx
 
-from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin, PolicyServerError
-from agora.procs import Service, ServiceFailed, http_ok, port_in_use
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.records import DataError
+from agora.serving.client import PolicyAdmin, PolicyServerError
+from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
+from agora.stack.procs import Service, ServiceFailed, http_ok, port_in_use
 
 START_TIMEOUT_S = 900.0  # vLLM CPU start-up is ~40-65 s on an idle machine; much more when busy
 

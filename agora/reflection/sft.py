@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 
 from agora.algos.compute import resolve
-from agora.models import resolve_model
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
@@ -36,6 +35,7 @@ from agora.reflection.training import (
     torch_threads,
     trainer_args,
 )
+from agora.serving.model_folders import resolve_model
 
 
 def _assistant(text: str) -> list[dict[str, str]]:

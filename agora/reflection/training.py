@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agora.algos.compute import Placement
-from agora.config import AgentConfig
+from agora.config.run import AgentConfig
 from agora.reflection.config import RoleConfig, TrainStageConfig
 
 META_FILE = "agora_reflection.json"
@@ -53,7 +53,7 @@ def load_base(model_path: str, placement: Placement):  # -> (model, tokenizer)
 def trainer_args(stage: TrainStageConfig, out: Path, seed: int, placement: Placement,
                  report_to: list[str] | str = "none") -> dict[str, Any]:
     """The ``TrainingArguments`` fields SFTConfig and DPOConfig share, on ``placement``;
-    ``report_to``: TRL's own experiment trackers (agora/tracking.py ``trl_report_to``)."""
+    ``report_to``: TRL's own experiment trackers (agora/train/tracking.py ``trl_report_to``)."""
     return {
         "output_dir": str(out),
         "per_device_train_batch_size": stage.batch_size,

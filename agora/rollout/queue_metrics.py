@@ -21,8 +21,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from agora.metrics import ROLLOUT_IN_FLIGHT, ROLLOUT_QUEUE_DEPTH, SCRAPE_TIME_GAUGES
-from agora.stream import EpisodeStream
+from agora.ops.metrics import ROLLOUT_IN_FLIGHT, ROLLOUT_QUEUE_DEPTH, SCRAPE_TIME_GAUGES
+from agora.rollout.stream import EpisodeStream
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agora.bots import Bot
+from agora.agents.bots import Bot
 from agora.envs.base import TurnBasedEnv, legal_completions, turn_limit
-from agora.policy_client import PolicyClient
-from agora.records import EpisodeRecord, Turn
+from agora.rollout.records import EpisodeRecord, Turn
+from agora.serving.client import PolicyClient
 
 
 @dataclass

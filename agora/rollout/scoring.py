@@ -38,17 +38,17 @@ from dataclasses import dataclass, field
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from agora.config import RunConfig
-from agora.context_agents import make_context_agent
+from agora.agents.context import make_context_agent
+from agora.config.run import RunConfig
 from agora.envs.code_debug import PROBLEMS_BY_ID, debug_scores, same_code
 from agora.envs.negotiation import negotiation_scores
 from agora.envs.story import StoryWriting, story_judge_request
 from agora.envs.support import support_metrics, support_scores
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
-from agora.policy_client import RETRYABLE
-from agora.records import EpisodeRecord, RewardParts
+from agora.rewards.verifiers.code import CodeVerdict
+from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.seating import build_env
-from agora.verifiers.code import CodeVerdict
+from agora.serving.client import RETRYABLE
 
 # Per env, the per-agent metrics its scorer reports (name -> what it is). The trainer shows the
 # mean over each agent's last 100 episodes in metrics.jsonl, Prometheus and the progress view.

@@ -23,20 +23,20 @@ from dataclasses import dataclass
 
 import httpx
 
-from agora.bots import make_bot
-from agora.config import CONTEXT_PREFIX, RunConfig
-from agora.context_agents import ContextAgent, ScheduledAgent, make_context_agent
+from agora.agents.bots import make_bot
+from agora.agents.context import ContextAgent, ScheduledAgent, make_context_agent
+from agora.config.run import CONTEXT_PREFIX, RunConfig
+from agora.data import Task
 from agora.envs import TurnBasedEnv, make_env
 from agora.envs.code_debug import CodeDebug
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.envs.negotiation import Negotiation
 from agora.envs.story import StoryWriting
 from agora.envs.support_options import build_support_env
-from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin, PolicyClient, PolicyUnavailable, load_tokenizer
 from agora.rollout.runner import BotPlayer, LLMPlayer, Player
-from agora.stream import EpisodeStream
-from agora.tasks import Task
+from agora.rollout.stream import EpisodeStream
+from agora.serving.client import PolicyAdmin, PolicyClient, PolicyUnavailable, load_tokenizer
+from agora.serving.model_folders import resolve_model
 
 
 @dataclass
@@ -158,8 +158,8 @@ def _client(cfg: RunConfig, agent_name: str, served_name: str) -> PolicyClient:
     """A client asking ``served_name`` with the sampling settings of ``agent_name``."""
     agent = cfg.agent(agent_name)
     model_path = resolve_model(cfg.models[agent.base].model)
-    # A policy server that restarts (agora/supervisor.py) is waited for as long as the launcher
-    # waits for one to start, and so is the trainer re-loading the agents' adapters into it
+    # A policy server that restarts (agora/stack/supervisor.py) is waited for as long as the
+    # launcher waits for one to start, and so is the trainer re-loading the agents' adapters into it
     # (agora/serving/adapter_keeper.py). A snapshot's adapter is not the trainer's to re-load:
     # its 404 fails the turn at once, and the retried episode loads it (ensure_adapter).
     wait_s = cfg.services.health_timeout_s

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import redis
 
-from agora.records import EpisodeRecord
+from agora.rollout.records import EpisodeRecord
 
 GROUP = "trainer"
 CONSUMER = "trainer-0"

@@ -8,8 +8,9 @@ Delivery guarantees, and what provides each:
 - survives a policy or reward server restart: the clients retry connection errors with backoff
   (tenacity), and wait for the trainer to re-load the agent's adapter into a restarted policy
   server (agora/serving/adapter_keeper.py); past that budget the task retries itself.
-- survives a Redis restart: its Redis client retries (agora/redis_client.py), Celery reconnects
-  its broker connection, and a task whose ack was lost runs again and is dropped as a duplicate.
+- survives a Redis restart: its Redis client retries (agora/stack/redis_client.py), Celery
+  reconnects its broker connection, and a task whose ack was lost runs again and is dropped as a
+  duplicate.
 """
 
 from __future__ import annotations
@@ -28,24 +29,24 @@ import redis
 from celery import Celery
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from agora.config import RunConfig, parse_config
-from agora.curriculum import episode as curriculum
-from agora.metrics import (
+from agora.config.run import RunConfig, parse_config
+from agora.data import Task, TaskRef
+from agora.ops.metrics import (
     ROLLOUT_DUPLICATES,
     ROLLOUT_EPISODE_SECONDS,
     ROLLOUT_EPISODES,
     ROLLOUT_FAILURES,
     ROLLOUT_RETRIES,
 )
-from agora.policy_client import RETRYABLE, PolicyUnavailable
-from agora.records import EpisodeRecord, RewardParts
-from agora.redis_client import resilient_redis
-from agora.rewards import discussion_rewards
+from agora.rewards.discussion import discussion_rewards
+from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.runner import run_episode
 from agora.rollout.scoring import RewardUnavailable, score_episode
 from agora.rollout.seating import build_env, build_players, learner_clock
-from agora.stream import EpisodeStream
-from agora.tasks import Task, TaskRef
+from agora.rollout.stream import EpisodeStream
+from agora.serving.client import RETRYABLE, PolicyUnavailable
+from agora.stack.redis_client import resilient_redis
+from agora.train.curriculum import episode as curriculum
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,8 @@ def make_celery(broker_url: str | None = None, visibility_timeout: int | None = 
             "unacked_mutex_expire": max(10, vt),
         },
         broker_connection_retry_on_startup=True,
-        # Sending a task while Redis restarts (agora/supervisor.py): keep trying for ~2 minutes
-        # (Celery's default gives up after 3 tries in 0.6 s, which crashed the trainer).
+        # Sending a task while Redis restarts (agora/stack/supervisor.py): keep trying for ~2
+        # minutes (Celery's default gives up after 3 tries in 0.6 s, which crashed the trainer).
         task_publish_retry_policy={"max_retries": 60, "interval_start": 0,
                                    "interval_step": 0.5, "interval_max": 2},
         worker_hijack_root_logger=False,
@@ -98,7 +99,7 @@ def _config(config_json: str) -> RunConfig:
 
 @functools.lru_cache(maxsize=4)
 def _redis(url: str) -> redis.Redis:
-    # Rides out a Redis restart mid-episode (agora/redis_client.py) instead of failing it.
+    # Rides out a Redis restart mid-episode (agora/stack/redis_client.py) instead of failing it.
     return resilient_redis(url)
 
 

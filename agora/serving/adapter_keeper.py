@@ -1,7 +1,7 @@
 """Keep every agent's current adapter loaded in its policy server, across server restarts.
 
 vLLM holds runtime-loaded LoRA adapters in memory only: a policy server that crashed and was
-started again (by the launcher's supervisor, agora/supervisor.py, or by Kubernetes) serves the
+started again (by the launcher's supervisor, agora/stack/supervisor.py, or by Kubernetes) serves the
 base model alone and answers 404 for every agent's name. Rollout workers wait on that 404
 (``PolicyClient(adapter_wait_s=...)``); the trainer is the one process that knows each agent's
 current version and adapter folder, so it loads them again. Detection is vLLM's own
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 
-from agora.metrics import TRAINER_ADAPTER_RELOADS
-from agora.policy_client import PolicyAdmin, PolicyServerError, PolicyUnavailable
-from agora.stream import EpisodeStream
-from agora.weight_sync import publish
+from agora.ops.metrics import TRAINER_ADAPTER_RELOADS
+from agora.rollout.stream import EpisodeStream
+from agora.serving.client import PolicyAdmin, PolicyServerError, PolicyUnavailable
+from agora.serving.weights import publish
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class AdapterKeeper:
                  period_s: float = 2.0, live_weights: Mapping[str, Path] | None = None) -> None:
         self.stream = stream
         self.admins = dict(admins)  # agent -> the admin client of its policy server
-        # Full-weight agents -> the folder their server serves (agora/weight_sync.py). Such a
+        # Full-weight agents -> the folder their server serves (agora/serving/weights.py). Such a
         # server restarts from that folder, with the live weights: nothing to restore.
         self.live_weights = dict(live_weights or {})
         self.period_s = period_s
@@ -69,7 +69,7 @@ class AdapterKeeper:
 
     def publish(self, agent: str, version: int, path: Path) -> float:
         """Hot-swap ``path`` in as ``agent``, mark ``version`` live, remember both; returns the
-        swap seconds (agora.weight_sync.publish)."""
+        swap seconds (agora.serving.weights.publish)."""
         with self._lock:
             live = self.live_weights.get(agent)
             seconds = publish(self.admins[agent], self.stream, agent, version, path, live)

@@ -28,7 +28,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from agora.config import SamplingConfig
+from agora.config.run import SamplingConfig
 from agora.envs.base import ChatMessage
 
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from agora.config import BaseModelConfig
-from agora.hardware import serving_dtype
+from agora.config.run import BaseModelConfig
+from agora.stack.hardware import serving_dtype
 
 SERVED_BASE_NAME = "base"
 

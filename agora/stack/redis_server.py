@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from agora.procs import Service
+from agora.stack.procs import Service
 
 
 def redis_server_binary() -> str:

@@ -5,7 +5,7 @@ Restarting is right only where it loses nothing:
   the trainer loads every agent's current adapter into the new one
   (agora/serving/adapter_keeper.py) before workers get answers from it;
 - the embedded Redis replays its append-only file (``runs/<run-id>/redis/``) as it starts, and
-  every client rides out the gap (agora/redis_client.py, Celery's broker reconnect).
+  every client rides out the gap (agora/stack/redis_client.py, Celery's broker reconnect).
 Tearing a multi-hour run down for either would be the worse choice. A trainer, worker, reward,
 judge or gateway that dies still stops everything and shows its last log lines: that is a bug
 or a bad config to look at, not a blip. So does a restartable service past its budget
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agora.procs import Service, ServiceFailed, tail
+from agora.stack.procs import Service, ServiceFailed, tail
 
 
 def restartable(name: str) -> bool:

@@ -13,7 +13,7 @@ import re
 
 import simpleeval
 
-from agora.sandbox import SandboxLimits, run_python
+from agora.sandbox.runner import SandboxLimits, run_python
 from agora.tools.registry import ToolRegistry, ToolResult, clip
 from agora.tools.search import DEFAULT_CORPUS, index_for
 
@@ -21,7 +21,7 @@ MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64  # 9**9**9 must fail fast, not freeze the worker
 MAX_CODE_CHARS = 2000
 PYTHON_OUTPUT_CHARS = 300
-# Model-written code runs only in agora/sandbox.py, with small limits: the python tool is for
+# Model-written code runs only in agora/sandbox/runner.py, with small limits: the python tool is for
 # arithmetic and short scripts, and an episode waits for it.
 PYTHON_LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=6.0, memory_mb=256, file_size_mb=1,
                               disk_mb=8, max_processes=4, max_output_bytes=4096)

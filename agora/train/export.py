@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from agora.config import RunConfig, load_config
-from agora.models import SMOLLM2, TINY_RANDOM, resolve_model
-from agora.weight_sync import live_weights_dir
+from agora.config.run import RunConfig, load_config
+from agora.serving.model_folders import SMOLLM2, TINY_RANDOM, resolve_model
+from agora.serving.weights import live_weights_dir
 
 # agora's model names -> their hub ids (tiny-random has none: it is built locally for tests).
 HUB_IDS = {SMOLLM2: "HuggingFaceTB/SmolLM2-135M-Instruct"}

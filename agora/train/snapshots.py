@@ -19,9 +19,9 @@ import logging
 import random
 from pathlib import Path
 
-from agora.config import RunConfig
-from agora.context_agents import OpponentPool
-from agora.records import EpisodeRecord
+from agora.agents.context import OpponentPool
+from agora.config.run import RunConfig
+from agora.rollout.records import EpisodeRecord
 
 log = logging.getLogger(__name__)
 

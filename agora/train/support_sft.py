@@ -24,12 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agora.algos.compute import resolve
-from agora.config import RunConfig
+from agora.config.run import RunConfig
 from agora.envs.support import SupportEnv, support_scores
 from agora.envs.support_agents import SupportOracle
 from agora.envs.support_options import SupportOptions, build_support_env
 from agora.envs.support_tasks import task_split
-from agora.models import resolve_model
 from agora.reflection.config import TrainStageConfig
 from agora.reflection.training import (
     load_base,
@@ -40,7 +39,8 @@ from agora.reflection.training import (
     torch_threads,
     trainer_args,
 )
-from agora.tracking import trl_report_to
+from agora.serving.model_folders import resolve_model
+from agora.train.tracking import trl_report_to
 
 MAX_SEED_SCAN = 100  # train-share tasks are found within a few seeds; this bounds a bad split
 

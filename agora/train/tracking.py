@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-log = logging.getLogger("agora.tracking")
+log = logging.getLogger("agora.train.tracking")
 
 Backend = Literal["tensorboard", "trackio", "wandb", "mlflow"]
 # The package each backend imports, and how to install it.

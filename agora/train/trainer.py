@@ -16,7 +16,7 @@ disk, so a trainer killed mid-update re-reads them on ``--resume``; versions nev
 (if Redis is ahead of the checkpoint, the checkpoint's weights are republished under a new,
 higher version number). A policy server that restarts gets every agent's current adapter back
 (agora/serving/adapter_keeper.py); a Redis restart is ridden out by retries
-(agora/redis_client.py).
+(agora/stack/redis_client.py).
 """
 
 from __future__ import annotations
@@ -38,32 +38,32 @@ from agora.algos import distributed
 from agora.algos.compute import Placement, resolve
 from agora.algos.distributed import DataParallel, Lockstep
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config import RunConfig
-from agora.curriculum.tracker import CurriculumTracker
-from agora.hardware import pin_to_last_cpus
-from agora.metrics import (
+from agora.config.run import RunConfig
+from agora.data import Task, load_tasks
+from agora.ops.metrics import (
     TRAINER_EPISODES_CONSUMED,
     TRAINER_TURNS_DROPPED,
     TRAINER_UPDATES,
     trainer_agent_gauges,
 )
-from agora.models import resolve_model
-from agora.policy_client import PolicyAdmin
-from agora.records import EpisodeRecord
-from agora.redis_client import fail_fast_redis, resilient_redis
 from agora.rollout.queue_metrics import RolloutQueueCollector
+from agora.rollout.records import EpisodeRecord
 from agora.rollout.scoring import ENV_METRICS
-from agora.rollout.tasks import QUEUE, TASK_NAME, episode_payload, make_celery
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import QUEUE, TASK_NAME, episode_payload, make_celery
 from agora.serving.adapter_keeper import AdapterKeeper
-from agora.snapshots import SnapshotPool
-from agora.stream import EpisodeStream
-from agora.tasks import Task, load_tasks
-from agora.tracking import Trackers
-from agora.weight_sync import adapter_dir, live_weights_dir, policy_dir
+from agora.serving.client import PolicyAdmin
+from agora.serving.model_folders import resolve_model
+from agora.serving.weights import adapter_dir, live_weights_dir, policy_dir
+from agora.stack.hardware import pin_to_last_cpus
+from agora.stack.redis_client import fail_fast_redis, resilient_redis
+from agora.train.curriculum.tracker import CurriculumTracker
+from agora.train.snapshots import SnapshotPool
+from agora.train.tracking import Trackers
 
-log = logging.getLogger("agora.trainer")
+log = logging.getLogger("agora.train.trainer")
 
-# Per-agent gauges (agora/metrics.py), with the per-env metrics (negotiation deal rate, story
+# Per-agent gauges (agora/ops/metrics.py), with the per-env metrics (negotiation deal rate, story
 # judge score, code pass rate, ...; scorers in agora/rollout/scoring.py report them per episode).
 ENV_METRIC_NAMES = [m for metrics in ENV_METRICS.values() for m in metrics]
 AGENT_GAUGES = trainer_agent_gauges(

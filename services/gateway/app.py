@@ -32,19 +32,19 @@ import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agora.config import AgentConfig, ConfigError, RunConfig, load_config
+from agora.config.run import AgentConfig, ConfigError, RunConfig, load_config
 from agora.gateway.agents import agents_view
 from agora.gateway.auth import Authorizer
 from agora.gateway.episodes import EpisodeService
 from agora.gateway.errors import GatewayError, add_error_handlers
-from agora.gateway.models import ModelRouter
 from agora.gateway.observe import observe_gateway
 from agora.gateway.proxy import forward, forward_stream, parse_chat_body, read_body
 from agora.gateway.run_context import RunContext
 from agora.gateway.runs import RunManager
+from agora.gateway.schemas import ModelRouter
 from agora.gateway.settings import GatewaySettings
 from agora.gateway.upstream import upstream_client
-from agora.metrics import instrument
+from agora.ops.metrics import instrument
 
 CONFIG_ENV = "AGORA_CONFIG"
 CONNECT_TIMEOUT_S = 5.0

@@ -30,7 +30,7 @@ from agora.judge.llm import LLMBackend
 from agora.judge.rubric_backend import RubricBackend
 from agora.judge.schemas import PairwiseRequest, PairwiseResponse, ScoreRequest, ScoreResponse
 from agora.judge.settings import JudgeSettings
-from agora.metrics import instrument
+from agora.ops.metrics import instrument
 
 MAX_BODY_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0

@@ -31,15 +31,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from agora.data import NLILabel, TaskError, TaskRef
 from agora.envs import ENVS
-from agora.metrics import LEARNED_SCORES, VERIFICATIONS, instrument
-from agora.sandbox import SandboxLimits
-from agora.tasks import NLILabel, TaskError, TaskRef
-from agora.verifiers.code import CodeVerdict, expected_test_names, extract_code, verify_code
-from agora.verifiers.game import GameVerdict, InvalidEpisode, RewardScheme, verify_game
-from agora.verifiers.learned import LazyVerifier, VerifierUnavailable, probability
-from agora.verifiers.math import verify_math
-from agora.verifiers.nli import verify_nli
+from agora.ops.metrics import LEARNED_SCORES, VERIFICATIONS, instrument
+from agora.rewards.verifiers.code import CodeVerdict, expected_test_names, extract_code, verify_code
+from agora.rewards.verifiers.game import GameVerdict, InvalidEpisode, RewardScheme, verify_game
+from agora.rewards.verifiers.learned import LazyVerifier, VerifierUnavailable, probability
+from agora.rewards.verifiers.math import verify_math
+from agora.rewards.verifiers.nli import verify_nli
+from agora.sandbox.runner import SandboxLimits
 
 MAX_ACTIONS = 512
 MAX_ACTION_CHARS = 4096
@@ -296,7 +296,7 @@ def verify(
     req: Annotated[AnyVerifyRequest, Body()],
 ) -> GameVerdict | MathVerifyResponse | NLIVerifyResponse | CodeVerifyResponse:
     # A sync endpoint: FastAPI runs it in its thread pool, which is why the verifiers must not
-    # rely on signals (see agora/verifiers/math.py), and why a code run may block.
+    # rely on signals (see agora/rewards/verifiers/math.py), and why a code run may block.
     if isinstance(req, MathVerifyRequest):
         return _verify_math(req)
     if isinstance(req, NLIVerifyRequest):

@@ -1,6 +1,6 @@
 """Trainer entry point: ``python -m services.trainer.main --config C --run-id R --run-dir D``.
 
-All logic lives in ``agora.trainer``; this module parses arguments and sets up logging. With
+All logic lives in ``agora.train.trainer``; this module parses arguments and sets up logging. With
 ``trainer.processes: N > 1`` it starts itself again under torchrun (N processes on this machine:
 one per GPU); rank 0 is the trainer, the other ranks follow it (agora/algos/distributed.py).
 The command is the same for ``agora up``, compose and k8s.
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from agora.algos import distributed
-from agora.config import load_config
-from agora.trainer import Trainer, run_follower
+from agora.config.run import load_config
+from agora.train.trainer import Trainer, run_follower
 
 
 def torchrun_command(processes: int, argv: list[str]) -> list[str]:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     processes = cfg.trainer.processes
     if processes > 1 and not parallel.sharded:
         command = torchrun_command(processes, argv)
-        logging.getLogger("agora.trainer").info("starting %d processes: %s", processes,
+        logging.getLogger("agora.train.trainer").info("starting %d processes: %s", processes,
                                                 " ".join(command))
         os.execv(sys.executable, command)  # same pid: whoever started us still supervises it
     if parallel.world != processes:

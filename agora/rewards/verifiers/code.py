@@ -26,7 +26,7 @@ import secrets
 
 from pydantic import BaseModel, Field
 
-from agora.sandbox import SandboxLimits, SandboxStatus, run_python
+from agora.sandbox.runner import SandboxLimits, SandboxStatus, run_python
 
 MARKER = "@@AGORA-TEST@@"
 _MODULE_TEST = "<module>"  # the name used when the tests have no test functions

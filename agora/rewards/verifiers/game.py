@@ -56,7 +56,7 @@ def verify_game(
     num_seats: int | None = None, opening: list[str] | None = None,
 ) -> GameVerdict:
     """``opening``: moves pre-played after ``reset`` (a curriculum's opening, see
-    agora/curriculum/openings.py); they belong to no turn and get no reward."""
+    agora/train/curriculum/openings.py); they belong to no turn and get no reward."""
     env = make_env(env_name, num_seats)
     env.reset(seed)
     for index, action in enumerate(opening or []):

@@ -1,6 +1,6 @@
 """The learned verifier: a sequence classifier (one logit) that scores how likely an answer to a
 question is right, trained with TRL's RewardTrainer on answers the rule verifiers labelled
-(see ``agora.verifiers.learned_train``) and served by the reward service's ``/v1/score``.
+(see ``agora.rewards.verifiers.learned_train``) and served by the reward service's ``/v1/score``.
 
 Training and serving must feed the model the very same token ids, so both go through
 ``encode``: the question's start, the answer's end (where its final answer is) and a fixed

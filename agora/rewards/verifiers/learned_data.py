@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agora.jsonl import read_jsonl
-from agora.records import EpisodeRecord
+from agora.data.jsonl import read_jsonl
+from agora.rollout.records import EpisodeRecord
 
 DifficultyMode = Literal["auto", "task", "proxy"]
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -121,8 +121,8 @@ class TaskIndex:
     def tasks(self, config: Path) -> dict[str, Any]:
         config = config.resolve()
         if config not in self._cache:
-            from agora.config import ConfigError, load_config
-            from agora.tasks import TaskError, load_tasks
+            from agora.config.run import ConfigError, load_config
+            from agora.data import TaskError, load_tasks
 
             try:
                 cfg = load_config(config)

@@ -4,7 +4,7 @@ of labelled answers (``agora verifier gen-data`` / ``balance``).
 What RewardTrainer (TRL 1.x) needs, and how it is given:
 - a dataset of preference pairs. It accepts text columns ``chosen``/``rejected`` (optionally
   with a ``prompt``) or already tokenised ``chosen_ids``/``rejected_ids``. We hand it token ids
-  made by ``agora.verifiers.learned.encode``: its own ``max_length`` *drops* over-long pairs
+  made by ``agora.rewards.verifiers.learned.encode``: its own ``max_length`` *drops* over-long pairs
   rather than truncating them, and the service must score with exactly the ids trained on.
 - a sequence classifier with ``num_labels=1`` and ``config.pad_token_id`` set (it pools the
   last non-padding token); a pad token on the tokenizer (SmolLM2's is ``<|im_end|>``).
@@ -29,14 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from agora.algos.compute import ComputeConfig, resolve
-from agora.verifiers.learned import (
+from agora.rewards.verifiers.learned import (
     DEFAULT_MAX_LENGTH,
     META_FILE,
     LearnedVerifier,
     encode,
     ensure_pad_token,
 )
-from agora.verifiers.learned_data import (
+from agora.rewards.verifiers.learned_data import (
     DataError,
     Pair,
     VerifierRow,
@@ -127,7 +127,7 @@ def train_verifier(
     from trl import RewardConfig, RewardTrainer
     from trl.trainer.reward_trainer import suppress_seqcls_warning
 
-    from agora.models import resolve_model
+    from agora.serving.model_folders import resolve_model
 
     if opts.threads:
         torch.set_num_threads(opts.threads)

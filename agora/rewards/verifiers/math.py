@@ -33,8 +33,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agora.tasks import rgym
-from agora.tasks.base import TaskRef
+from agora.data import rgym
+from agora.data.base import TaskRef
 
 MAX_ANSWER_CHARS = 200
 COMPARE_TIMEOUT_S = 5.0  # one (gold, answer) comparison in a worker

@@ -14,7 +14,7 @@ import re
 
 from pydantic import BaseModel
 
-from agora.tasks.base import NLILabel, TaskError, TaskRef, gold_nli_label
+from agora.data.base import NLILabel, TaskError, TaskRef, gold_nli_label
 
 _WORDS: dict[str, NLILabel] = {
     "entailment": "entailment", "entail": "entailment", "entails": "entailment",

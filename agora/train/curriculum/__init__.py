@@ -11,6 +11,6 @@ The pieces, one job each:
 * ``episode``: the worker's side: read the level, shape the episode, label the record;
 * ``tracker``: the trainer's side: score consumed episodes, move levels, report them.
 
-Nothing is imported here: ``agora.config`` imports ``settings`` while it is itself being
-imported, so this package must not pull in modules that import ``agora.config`` back.
+Nothing is imported here: ``agora.config.run`` imports ``settings`` while it is itself being
+imported, so this package must not pull in modules that import ``agora.config.run`` back.
 """

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agora.curriculum.settings import CurriculumConfig
+from agora.train.curriculum.settings import CurriculumConfig
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The rollout worker's side: read the level, shape the episode at it, label the record.
 
-Called from the rollout task (``agora/rollout/tasks.py``) in three places: ``prepare`` before
+Called from the rollout task (``agora/rollout/worker.py``) in three places: ``prepare`` before
 the env is built (reads the level from Redis, adds the level's payload fields: an opening, a
 question drawn with the level's knobs, an env level), ``shape_env`` on the built env, and
 ``label`` on the finished record (``info["curriculum"]``, which the trainer reads back).
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from agora.curriculum.ladders import ladder_for
-from agora.curriculum.store import CurriculumStore
+from agora.train.curriculum.ladders import ladder_for
+from agora.train.curriculum.store import CurriculumStore
 
 if TYPE_CHECKING:
-    from agora.config import RunConfig
+    from agora.config.run import RunConfig
     from agora.envs import TurnBasedEnv
-    from agora.records import EpisodeRecord
+    from agora.rollout.records import EpisodeRecord
 
 PAYLOAD_KEY = "curriculum"
 

@@ -28,13 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agora.curriculum.openings import OPENING_LEVELS, opening
-from agora.tasks.base import Task, TaskError, jsonable
+from agora.data.base import Task, TaskError, jsonable
+from agora.train.curriculum.openings import OPENING_LEVELS, opening
 
 if TYPE_CHECKING:
-    from agora.config import RunConfig
+    from agora.config.run import RunConfig
+    from agora.data.specs import ReasoningGymSpec
     from agora.envs import TurnBasedEnv
-    from agora.tasks.specs import ReasoningGymSpec
 
 
 class Ladder(Protocol):
@@ -138,7 +138,7 @@ class KnobLadder:
                                             "difficulty": level})
 
     def shape(self, payload: dict, level: int) -> dict:
-        from agora.tasks.rgym import train_task_at
+        from agora.data.rgym import train_task_at
 
         task = train_task_at(self.level_spec(level), int(payload["seed"]))
         return {"task": task.model_dump(mode="json")}
@@ -166,7 +166,7 @@ class StepsLadder:
         return {"max_steps": self.bounds[level]}
 
     def shape(self, payload: dict, level: int) -> dict:
-        from agora.tasks.rgym import train_task_at
+        from agora.data.rgym import train_task_at
 
         bound = self.bounds[level]
         start = int(payload["seed"])
@@ -296,7 +296,7 @@ def build_ladder(cfg: RunConfig) -> Ladder:
         ladder = _reasoning_gym_ladder(env.task, settings.knobs)
     else:
         raise CurriculumError(f"curriculum: environment '{env.name}' has no difficulty levels "
-                              "here (see agora/curriculum/ladders.py, ENV_LEVELS)")
+                              "here (see agora/train/curriculum/ladders.py, ENV_LEVELS)")
     if settings.levels is not None:
         if settings.levels > ladder.size:
             raise CurriculumError(f"curriculum.levels: {ladder.task} has {ladder.size} levels, "
@@ -322,7 +322,7 @@ def _reasoning_gym_ladder(spec: ReasoningGymSpec, knobs: list[dict] | None) -> L
 
 @functools.lru_cache(maxsize=8)
 def _cached_ladder(config_json: str) -> Ladder:
-    from agora.config import parse_config
+    from agora.config.run import parse_config
 
     return build_ladder(parse_config(json.loads(config_json), "<curriculum>"))
 

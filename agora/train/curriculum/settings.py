@@ -1,6 +1,6 @@
 """The ``curriculum:`` section of a run config.
 
-Kept out of ``agora.config`` (which only imports it) so the curriculum's knobs and their checks
+Kept out of ``agora.config.run`` (which only imports it) so the curriculum's knobs and their checks
 sit beside the code that reads them. Only checks that need no heavy import happen here; how many
 levels a reasoning-gym dataset's own curriculum has is checked by ``ladders.ladder_problem``
 before a run starts (``import reasoning_gym`` costs ~5 s, which config validation should not).

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import redis
 
-from agora.curriculum.controller import LevelState
+from agora.train.curriculum.controller import LevelState
 
 DEMOTED = "demoted:"  # hash field prefix: demotions per level
 

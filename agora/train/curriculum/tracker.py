@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 import redis
 from prometheus_client import Gauge
 
-from agora.curriculum.controller import Rule, observe
-from agora.curriculum.episode import PAYLOAD_KEY
-from agora.curriculum.ladders import build_ladder
-from agora.curriculum.store import CurriculumStore
+from agora.train.curriculum.controller import Rule, observe
+from agora.train.curriculum.episode import PAYLOAD_KEY
+from agora.train.curriculum.ladders import build_ladder
+from agora.train.curriculum.store import CurriculumStore
 
 if TYPE_CHECKING:
-    from agora.config import RunConfig
-    from agora.records import EpisodeRecord
+    from agora.config.run import RunConfig
+    from agora.rollout.records import EpisodeRecord
 
-log = logging.getLogger("agora.curriculum")
+log = logging.getLogger("agora.train.curriculum")
 
 CURRICULUM_LEVEL = Gauge("agora_curriculum_level", "curriculum level an agent plays a task at "
                          "(0 = easiest)", ["agent", "task"])

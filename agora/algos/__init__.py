@@ -1,0 +1,1 @@
+"""The learning algorithms: token-level PPO on LoRA or full weights, its batches and devices."""

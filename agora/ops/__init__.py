@@ -1,0 +1,1 @@
+"""What operators watch: Prometheus metrics, scrape configs and the Grafana dashboards."""

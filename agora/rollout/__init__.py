@@ -1,0 +1,1 @@
+"""Rollout workers: the Celery task that plays an episode and the stream it appends to."""

@@ -1,0 +1,1 @@
+"""Model-written code runs here only: a separate, locked-down process."""

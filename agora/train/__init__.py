@@ -1,0 +1,1 @@
+"""The trainer around the algorithms: queueing, checkpoints, opponent pool, curriculum, tracking."""
