@@ -42,7 +42,7 @@ def learner(model: str, ppo: dict, parallel=distributed.SINGLE,
     placement = resolve(COMPUTE)
     placement = dataclasses.replace(placement,
                                     device=distributed.start(parallel, placement.device))
-    return PPOLearner(model, agent, PPOConfig(torch_threads=1, **ppo), seed=3,
+    return PPOLearner(model, agent, PPOConfig(**ppo), seed=3,
                       placement=placement, parallel=parallel)
 
 

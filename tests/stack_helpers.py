@@ -29,10 +29,9 @@ def tiny_config(**overrides) -> RunConfig:
                     "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}],
         "environment": {"name": "tictactoe", "seats": ["player", "player"],
                         "opponents": {"self": 0.5, "random": 0.5}},
-        "ppo": {"batch_turns": 8, "minibatch_turns": 8, "max_updates": 3,
-                "torch_threads": 1},
+        "ppo": {"batch_turns": 8, "minibatch_turns": 8},
         # fp32 on the CPU wherever the suite runs: logprobs are compared with vLLM's fp32.
-        "trainer": {"device": "cpu", "dtype": "fp32"},
+        "trainer": {"max_updates": 3, "torch_threads": 1, "device": "cpu", "dtype": "fp32"},
         "workers": {"count": 1, "concurrency": 4, "queue_ahead": 8, "visibility_timeout": 8,
                     "metrics_port": free_port()},
         "services": {"redis_port": free_port(), "reward_port": free_port(),

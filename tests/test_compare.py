@@ -31,7 +31,7 @@ def discussion_config(**ppo):
                      "task": {"source": "jsonl", "path": str(SAMPLES / "gsm8k_sample.jsonl"),
                               "format": "gsm8k"}},
         reward={"verifier": "math", "cooperation": 0.5},
-        ppo={"max_updates": None, "max_minutes": 5, **ppo},
+        ppo=ppo, trainer={"max_updates": None, "max_minutes": 5},
     )
 
 
@@ -51,9 +51,9 @@ def test_single_arm_is_the_first_learner_alone_answering_once():
 def test_budget_is_wall_clock_or_updates_never_both():
     cfg = discussion_config()
     by_time = with_budget(cfg, 2.5, None)
-    assert by_time.ppo.max_minutes == 2.5 and by_time.ppo.max_updates is None
+    assert by_time.trainer.max_minutes == 2.5 and by_time.trainer.max_updates is None
     by_updates = with_budget(cfg, None, 7)
-    assert by_updates.ppo.max_updates == 7 and by_updates.ppo.max_minutes is None
+    assert by_updates.trainer.max_updates == 7 and by_updates.trainer.max_minutes is None
     assert with_budget(cfg, None, None).ppo == cfg.ppo
     with pytest.raises(ValueError, match="not both"):
         with_budget(cfg, 1.0, 3)

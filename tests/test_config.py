@@ -42,13 +42,25 @@ def test_example_config_loads():
     assert cfg.agent("player").base == "smol"
     assert cfg.agent("player").sampling.stop == ["]"]
     assert cfg.ppo.learning_rate == pytest.approx(1e-3)
-    assert cfg.ppo.max_minutes == 15
+    assert cfg.trainer.max_minutes == 15
     assert cfg.policy_url("player") == "http://127.0.0.1:8100"
     assert cfg.all_ports() == {
         "redis": 6390, "reward": 8201, "gateway": 8200, "trainer": 8202, "judge": 8203,
         "policy-smol": 8100,
     }
 
+
+def test_budget_and_cpu_knobs_live_under_trainer_and_old_run_files_still_load(tmp_path, example):
+    # The shipped file names them under trainer:, and ppo: holds only the algorithm.
+    assert "max_minutes" not in example["ppo"] and example["trainer"]["max_minutes"] == 15
+    old = copy.deepcopy(example)
+    old["ppo"].update(old.pop("trainer"), max_updates=9, nice=3)
+    cfg = load_config(write(tmp_path, old))  # a run folder written before the move
+    assert (cfg.trainer.max_minutes, cfg.trainer.max_updates, cfg.trainer.nice) == (15, 9, 3)
+    assert cfg.model_dump()["ppo"].keys().isdisjoint({"max_minutes", "nice", "torch_threads"})
+    both = copy.deepcopy(example)
+    both["ppo"]["max_minutes"] = 5
+    assert "ppo.max_minutes: set it under trainer: only" in config_error(tmp_path, both)
 
 def test_minimal_config_fills_in_defaults():
     cfg = parse_config({
@@ -137,7 +149,8 @@ def test_lora_rank_above_the_servers_max_lora_rank(tmp_path, example):
 
 
 def test_service_port_clashing_with_a_policy_server(tmp_path, example):
-    example["services"]["reward_port"] = example["models"]["smol"]["port"]
+    # Ports have defaults in code (policy servers 8100): the shipped file sets none.
+    example["services"] = {"reward_port": 8100}
     message = config_error(tmp_path, example)
     assert "models.smol.port" in message
     assert "services.reward_port" in message
@@ -145,7 +158,7 @@ def test_service_port_clashing_with_a_policy_server(tmp_path, example):
 
 
 def test_two_services_on_one_port(tmp_path, example):
-    example["services"]["gateway_port"] = example["services"]["redis_port"]
+    example["services"] = {"gateway_port": 6390}  # the default redis_port
     message = config_error(tmp_path, example)
     assert "services.gateway_port: port 6390 is already used by services.redis_port" in message
 

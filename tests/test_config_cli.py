@@ -27,8 +27,8 @@ def _agora(*args: str) -> subprocess.CompletedProcess:
 def test_set_overrides_fields_lists_and_new_sections():
     cfg = load_config(TICTACTOE, ["ppo.learning_rate=2e-4", "agents.0.lora_rank=8",
                                   "trainer.dtype=fp32", "environment.opponents={random: 1.0}",
-                                  "ppo.max_updates=7"])
-    assert cfg.ppo.learning_rate == 2e-4 and cfg.ppo.max_updates == 7
+                                  "trainer.max_updates=7"])
+    assert cfg.ppo.learning_rate == 2e-4 and cfg.trainer.max_updates == 7
     assert cfg.agents[0].lora_rank == 8 and cfg.trainer.dtype == "fp32"
     assert cfg.environment.opponents == {"random": 1.0}
     data = {"a": [{"b": 1}]}
@@ -62,7 +62,7 @@ def test_schema_is_the_run_configs_json_schema():
     assert done.returncode == 0, done.stderr
     schema = json.loads(done.stdout)
     assert {"agents", "models", "environment", "trainer", "ppo"} <= set(schema["properties"])
-    assert "processes" in schema["$defs"]["ComputeConfig"]["properties"]
+    assert "processes" in schema["$defs"]["TrainerConfig"]["properties"]
 
 
 def test_the_reference_page_is_generated_and_current():

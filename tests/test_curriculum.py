@@ -301,7 +301,7 @@ def test_real_episodes_climb_a_level_and_records_show_it(
         environment={"seats": ["climber", "climber"], "opponents": {"random": 1.0}},
         # A threshold of 0: every full window promotes, whatever tiny-random plays.
         curriculum={"enabled": True, "window": 2, "promote_at": 0.0, "demote_below": 0.0},
-        ppo={"pin_cpus": False, "nice": 0},
+        trainer={"pin_cpus": False, "nice": 0},
         services={"reward_port": _port(reward_url), "redis_port": _port(redis_url)},
     )
     run_id = f"climb-{uuid.uuid4().hex[:6]}"

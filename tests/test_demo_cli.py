@@ -22,7 +22,7 @@ def test_demo_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
                  "sampling": {"temperature": 1.0, "max_tokens": 6, "stop": ["\n"]}}],
         environment={"name": "hanabi", "seats": ["player", "player"], "prefill": "[Play] ",
                      "opponents": {"self": 1.0, "hanabi_simple": 1.0}},
-        ppo={"max_updates": 1, "advantage_norm": "role", "pin_cpus": False, "nice": 0},
+        ppo={"advantage_norm": "role"}, trainer={"max_updates": 1, "pin_cpus": False, "nice": 0},
         eval={"games": 4, "opponents": ["self", "hanabi_simple"]},
         output_dir=str(tmp_path / "runs"),
     )

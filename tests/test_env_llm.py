@@ -36,8 +36,8 @@ def _config(vllm_url: str, reward_url: str, judge_url: str, redis_url: str, envi
                      **environment},
         context_agents=context_agents,
         # pin_cpus / nice would apply to the test process itself.
-        ppo={"batch_turns": 4, "minibatch_turns": 4, "max_updates": 1, "pin_cpus": False,
-             "nice": 0, "kl_coef": 0.0},
+        ppo={"batch_turns": 4, "minibatch_turns": 4, "kl_coef": 0.0},
+        trainer={"max_updates": 1, "pin_cpus": False, "nice": 0},
         workers={"queue_ahead": 1},
         services={"reward_port": _port(reward_url), "judge_port": _port(judge_url),
                   "redis_port": _port(redis_url)},

@@ -39,7 +39,7 @@ class VersionWatcher(threading.Thread):
 
 def test_worker_and_trainer_sigkill(tmp_path):
     cfg = tiny_config(
-        ppo={"max_updates": 6},
+        trainer={"max_updates": 6},
         # Longer generations make episodes slow enough to kill a worker in the middle of one.
         agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
                  "sampling": {"temperature": 1.0, "max_tokens": 24, "stop": ["]"]}}],

@@ -143,7 +143,7 @@ def drain_and_check(client: redis.Redis, stack: Stack, watched: Watched,
     assert set(trained) <= set(ids)
     assert watcher.seen == sorted(watcher.seen), f"version went backwards: {watcher.seen}"
     final = version(client, keys)
-    assert final == stack.cfg.ppo.max_updates and final > after_fault, \
+    assert final == stack.cfg.trainer.max_updates and final > after_fault, \
         f"training did not go on past the fault: version {final}, {after_fault} at the fault"
     return {"enqueued": enqueued, "appended": len(ids), "trained": len(trained),
             "failed": failed, "final_version": final}
@@ -164,7 +164,7 @@ def test_policy_server_sigkill_restart_reloads_current_adapter(tmp_path, monkeyp
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     cfg = tiny_config(models={"tiny": {"port": base, "max_model_len": 384, "extra_args": [
                           "--distributed-executor-backend", "uni"]}},
-                      ppo={"max_updates": 4}, **ports(base))
+                      trainer={"max_updates": 4}, **ports(base))
     stack = make_stack(cfg, "fault-vllm", False, runs_root=tmp_path)
     before = live_children()
     keys = RunKeys(stack.run_id)
@@ -235,7 +235,7 @@ def test_policy_server_sigkill_restart_reloads_current_adapter(tmp_path, monkeyp
 def test_redis_sigkill_restart_keeps_aof_state(tmp_path, vllm_tiny):
     base = 8470
     _url, policy = vllm_tiny  # the session's vLLM: this fault does not touch the policy server
-    cfg = tiny_config(models={"tiny": policy.model_dump(mode="json")}, ppo={"max_updates": 4},
+    cfg = tiny_config(models={"tiny": policy.model_dump(mode="json")}, trainer={"max_updates": 4},
                       **ports(base))
     stack = make_stack(cfg, "fault-redis", False, runs_root=tmp_path)
     before = live_children()

@@ -30,7 +30,7 @@ PLAYER = {"name": "player", "base": "tiny", "finetune": "full", "lora_rank": 8,
 
 
 def test_full_weight_agent_trains_and_vllm_serves_each_new_version(tmp_path, tiny_model):
-    cfg = tiny_config(agents=[PLAYER], ppo={"max_updates": 2, "learning_rate": 2e-4})
+    cfg = tiny_config(agents=[PLAYER], ppo={"learning_rate": 2e-4}, trainer={"max_updates": 2})
     stack = make_stack(cfg, "full", False, runs_root=tmp_path)
     live = live_weights_dir(stack.run_dir, "player")
     try:
@@ -54,8 +54,8 @@ def test_full_weight_agent_trains_and_vllm_serves_each_new_version(tmp_path, tin
 
         # vLLM answers as the learner's final model, not the base it started from.
         agent = cfg.agent("player")
-        final = PPOLearner(str(live), agent, PPOConfig(torch_threads=1), compute=FP32)
-        start = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), compute=FP32)
+        final = PPOLearner(str(live), agent, PPOConfig(), compute=FP32)
+        start = PPOLearner(tiny_model, agent, PPOConfig(), compute=FP32)
         policy = PolicyClient(cfg.policy_url("player"), "player", final.tokenizer,
                               SamplingConfig(max_tokens=8, stop=[], temperature=1.0))
         gen = asyncio.run(policy.generate([{"role": "user", "content": "Your move?"}]))

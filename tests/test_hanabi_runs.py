@@ -202,7 +202,7 @@ def test_tiny_random_learner_plays_hanabi_through_the_queue_task_and_eval(
                  "sampling": {"max_tokens": 8, "stop": []}}],
         environment={"name": "hanabi", "seats": ["learner", "learner", "learner"],
                      "prefill": "[Play] ", "opponents": {"self": 1.0, "hanabi_simple": 1.0}},
-        ppo={"advantage_norm": "role", "pin_cpus": False, "nice": 0},
+        ppo={"advantage_norm": "role"}, trainer={"pin_cpus": False, "nice": 0},
         eval={"games": 4, "opponents": ["self", "hanabi_simple"]},
     )
     run_id = f"hanabi-{uuid.uuid4().hex[:6]}"

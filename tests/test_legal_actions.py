@@ -42,7 +42,7 @@ def hanabi_midgame(seed: int = 3, moves: int = 4) -> Hanabi:
 
 def perturbed_learner(tiny_model: str) -> PPOLearner:
     agent = AgentConfig(name="hanabi", base="m", lora_rank=8, lora_alpha=16)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), seed=4,
+    learner = PPOLearner(tiny_model, agent, PPOConfig(), seed=4,
                          compute=FP32)
     gen = torch.Generator().manual_seed(4)
     with torch.no_grad():
@@ -131,8 +131,8 @@ def test_legal_only_hanabi_episodes_are_all_legal_and_train_at_ratio_one(
                  "sampling": {"max_tokens": 40, "stop": ["\n"], "legal_actions_only": True}}],
         environment={"name": "hanabi", "seats": ["player", "player"], "prefill": "[",
                      "opponents": {"self": 1.0}},
-        ppo={"pin_cpus": False, "nice": 0, "kl_coef": 0.0, "epochs": 1,
-             "batch_turns": 8, "minibatch_turns": 8},
+        ppo={"kl_coef": 0.0, "epochs": 1, "batch_turns": 8, "minibatch_turns": 8},
+        trainer={"pin_cpus": False, "nice": 0},
     )
     learner = PPOLearner(tiny_model, cfg.agent("player"), cfg.ppo, compute=cfg.trainer)
     path = learner.save_adapter(adapter_dir(tmp_path, "player", 0))

@@ -254,7 +254,7 @@ def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_
     # The whole embedded stack, except that its policy server is the session's vLLM (one
     # start-up less); stopped below once the data is in, long before max_updates.
     _url, policy = vllm_tiny
-    cfg = tiny_config(ppo={"max_updates": 200}, models={"tiny": policy.model_dump(mode="json")})
+    cfg = tiny_config(trainer={"max_updates": 200}, models={"tiny": policy.model_dump(mode="json")})
     # A 1 s scrape interval: a minute of running gives every rate() window many samples.
     prom, prom_url = prometheus_service(tmp_path, render_embedded(cfg, interval="1s"))
     stack = make_stack(cfg, "monitor", False, runs_root=tmp_path / "runs")

@@ -34,7 +34,7 @@ def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tm
                      "task": {"source": "jsonl", "path": str(SAMPLES / "gsm8k_sample.jsonl"),
                               "format": "gsm8k"}},
         reward={"verifier": "math", "cooperation": 0.5},
-        ppo={"batch_turns": 4, "minibatch_turns": 4, "max_updates": 2},
+        ppo={"batch_turns": 4, "minibatch_turns": 4}, trainer={"max_updates": 2},
         workers={"count": 1, "concurrency": 4, "queue_ahead": 4, "visibility_timeout": 30},
     )
     stack = make_stack(cfg, "multi", False, runs_root=tmp_path)

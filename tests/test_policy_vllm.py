@@ -29,7 +29,7 @@ MESSAGES = [
 def perturbed_learner(tiny_model: str, seed: int, layers: list[int] | None = None
                       ) -> PPOLearner:
     agent = AgentConfig(name="alice", base="m", lora_rank=8, lora_alpha=16, lora_layers=layers)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), seed=seed,
+    learner = PPOLearner(tiny_model, agent, PPOConfig(), seed=seed,
                          compute=FP32)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -72,7 +72,7 @@ def _bandit_samples(learner: PPOLearner, good: int, bad: int, n: int) -> list[Tu
 def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
     ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, epochs=epochs,
-                    kl_coef=kl_coef, torch_threads=1)
+                    kl_coef=kl_coef)
     learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
     tok = learner.tokenizer
     good = tok.encode("A", add_special_tokens=False)[0]
@@ -91,7 +91,7 @@ def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
 
 def test_checkpoint_round_trip_restores_adapter_and_optimizer(tiny_model, tmp_path):
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    ppo = PPOConfig(learning_rate=5e-3, minibatch_turns=4, torch_threads=1)
+    ppo = PPOConfig(learning_rate=5e-3, minibatch_turns=4)
     learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
     tok = learner.tokenizer
     good, bad = (tok.encode(c, add_special_tokens=False)[0] for c in "AB")

@@ -63,7 +63,7 @@ class DeviceAudit(TorchDispatchMode):
 
 def _learner(tiny_model: str, **ppo) -> PPOLearner:
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    return PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1, **ppo), compute=FP32)
+    return PPOLearner(tiny_model, agent, PPOConfig(**ppo), compute=FP32)
 
 
 def _turns(learner: PPOLearner, n: int, completion_len: int = 3) -> list[TurnSample]:
@@ -214,7 +214,7 @@ def test_compiled_update_matches_the_eager_one(tiny_model):
     results = []
     for compile_ in (False, True):
         agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-        learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1, kl_coef=0.0),
+        learner = PPOLearner(tiny_model, agent, PPOConfig(kl_coef=0.0),
                              compute=FP32.model_copy(update={"compile": compile_,
                                                              "shared_prefix": "off"}))
         assert (learner.forward_module._decoder[0] is not learner._causal_lm().model) == compile_
@@ -251,7 +251,7 @@ def test_the_gpu_layout_runs_on_the_cpu(tiny_model, sharing):
     gpu_like = Placement(device=torch.device("cpu"), dtype=torch.bfloat16,
                          weights_dtype=torch.bfloat16, attn_implementation="sdpa",
                          shared_prefix=sharing)
-    ppo = PPOConfig(torch_threads=1, kl_coef=0.02, batch_turns=8, minibatch_turns=4)
+    ppo = PPOConfig(kl_coef=0.02, batch_turns=8, minibatch_turns=4)
     learner = PPOLearner(tiny_model, agent, ppo, placement=gpu_like)
     assert next(learner._causal_lm().parameters()).dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in learner.policy_params)  # PEFT keeps LoRA fp32

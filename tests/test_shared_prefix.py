@@ -32,7 +32,7 @@ def test_prefix_groups_split_on_the_role_token_and_stop_before_the_shortest_prom
 
 def _learner(tiny_model) -> PPOLearner:
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(torch_threads=1), compute=FP32)
+    learner = PPOLearner(tiny_model, agent, PPOConfig(), compute=FP32)
     with torch.no_grad():  # a non-zero adapter, so the prefix's keys/values depend on it
         for p in learner.policy_params:
             p.add_(torch.randn_like(p) * 0.05)

@@ -28,8 +28,8 @@ from tests.stack_helpers import (
 def test_full_loop_trains_publishes_and_serves(tmp_path):
     # The learner spans two processes (torchrun + FSDP2 over gloo: a multi-GPU trainer's code
     # path); the other stack tests run the one-process trainer.
-    cfg = tiny_config(ppo={"max_updates": 3},
-                      trainer={"device": "cpu", "dtype": "fp32", "processes": 2},
+    cfg = tiny_config(trainer={"max_updates": 3, "device": "cpu", "dtype": "fp32",
+                               "processes": 2},
                       tracking={"report_to": ["tensorboard"]})
     stack = make_stack(cfg, "loop", False, runs_root=tmp_path)
     pids: list[int] = []

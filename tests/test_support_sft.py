@@ -32,7 +32,7 @@ def support_cfg(vllm_port: int = 8100, **agent):
                      "opponents": {"self": 1.0},
                      "support": {"levels": [1], "max_turns": 4, "history": 2,
                                  "result_chars": 120}},
-        ppo={"pin_cpus": False, "nice": 0}, trainer={"dtype": "fp32"},
+        trainer={"pin_cpus": False, "nice": 0, "dtype": "fp32"},
     )
 
 

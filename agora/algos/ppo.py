@@ -128,8 +128,6 @@ class PPOLearner:
         self.placement = placement or resolve(compute or ComputeConfig(), agent.device)
         self.device = self.placement.device
         self.parallel = parallel
-        if self.placement.on_cpu:
-            torch.set_num_threads(ppo.torch_threads)
         self.agent = agent
         self.ppo = ppo
         self.model_path = model_path

@@ -283,7 +283,7 @@ def demo(
                       "compare discussions with `agora compare`")
         raise typer.Exit(2)
     if minutes is not None:
-        cfg.ppo.max_minutes = minutes
+        cfg.trainer.max_minutes = minutes
     agent = cfg.trainable_agents[0].name
     try:
         stack = make_stack(cfg, run_id, False)
@@ -341,16 +341,16 @@ def compare(
         console.print("[bold red]error[/]: --minutes and --updates: give one budget, not both")
         raise typer.Exit(2)
     cfg = with_budget(cfg, minutes, updates)
-    if cfg.ppo.max_minutes is None and cfg.ppo.max_updates is None:
-        console.print("[bold red]config error[/]: ppo.max_minutes / ppo.max_updates: the arms "
-                      "need a budget (or pass --minutes / --updates)")
+    if cfg.trainer.max_minutes is None and cfg.trainer.max_updates is None:
+        console.print("[bold red]config error[/]: trainer.max_minutes / trainer.max_updates: "
+                      "the arms need a budget (or pass --minutes / --updates)")
         raise typer.Exit(2)
     learner = cfg.trainable_agents[0].name
     arms = []
     for label, arm_cfg in (("single-agent", single_agent_config(cfg)),
                            ("multi-agent", multi_agent_config(cfg))):
-        budget = (f"{arm_cfg.ppo.max_updates} updates" if arm_cfg.ppo.max_updates
-                  else f"{arm_cfg.ppo.max_minutes} min")
+        budget = (f"{arm_cfg.trainer.max_updates} updates" if arm_cfg.trainer.max_updates
+                  else f"{arm_cfg.trainer.max_minutes} min")
         console.print(f"[bold cyan]== {label}[/]: {arm_cfg.environment.seats}, "
                       f"{arm_cfg.environment.rounds} round(s), {budget}")
         stack = make_stack(arm_cfg, None, False)

@@ -415,8 +415,8 @@ class PPOConfig(_Strict):
 
     learning_rate: float = Field(5e-4, gt=0.0, lt=1.0)
     value_learning_rate: float = Field(1e-3, gt=0.0, lt=1.0)
-    # Linear learning-rate anneal over the budget (max_updates or max_minutes, whichever is
-    # further along), as in CleanRL's ppo.py: the policy lr ends at learning_rate times this.
+    # Linear learning-rate anneal over the budget (trainer.max_updates or max_minutes, whichever
+    # is further along), as in CleanRL's ppo.py: the policy lr ends at learning_rate times this.
     # 1.0 keeps it constant. Why: late updates at full lr kept moving a policy that had already
     # learned the game (KL to the base still rising), so the final adapter varied run to run.
     final_lr_fraction: float = Field(1.0, ge=0.0, le=1.0)
@@ -436,9 +436,27 @@ class PPOConfig(_Strict):
     max_grad_norm: float = Field(1.0, gt=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     max_staleness: int = Field(1, ge=0, description="drop episodes older than this many versions")
-    checkpoint_every: int = Field(1, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_fields(cls, data):
+        return refuse_bf16_field(data)
+
+
+# The fields that left ``ppo:`` for ``trainer:`` (they are about the run, not the algorithm).
+# A config that still has them under ``ppo:`` (a run folder written before the move) is read
+# with them moved, so old runs still evaluate and resume.
+MOVED_TO_TRAINER = ("checkpoint_every", "max_updates", "max_minutes", "torch_threads",
+                    "pin_cpus", "nice")
+
+
+class TrainerConfig(ComputeConfig):
+    """The ``trainer:`` section: the budget, checkpoints, and where and how learners compute
+    (device, dtype, attention, processes: agora/algos/compute.py)."""
+
     max_updates: int | None = Field(None, ge=1)
     max_minutes: float | None = Field(None, gt=0.0)
+    checkpoint_every: int = Field(1, ge=1)
     # CPU only (a learner on a GPU leaves them alone): torch threads, pinning and niceness.
     torch_threads: int = Field(1, ge=1, description="vLLM keeps the other core busy")
     # Pin the trainer to the last `torch_threads` CPUs: vLLM's CPU engine binds the first ones,
@@ -449,11 +467,6 @@ class PPOConfig(_Strict):
     # waited behind each PPO update and rollouts stalled (measured: 40 s between updates of
     # 20 s). A niced trainer yields to them at once and still gets the rest of the core.
     nice: int = Field(10, ge=0, le=19)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_fields(cls, data):
-        return refuse_bf16_field(data)
 
 
 class WorkersConfig(_Strict):
@@ -521,8 +534,8 @@ class RunConfig(_Strict):
     environment: EnvironmentConfig
     reward: RewardConfig = Field(default_factory=RewardConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
-    # Where and in what precision learners train (agora/algos/compute.py).
-    trainer: ComputeConfig = Field(default_factory=ComputeConfig)
+    # The budget, checkpoints, and where and in what precision learners train.
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -533,6 +546,26 @@ class RunConfig(_Strict):
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     # Experiment trackers each update's metrics go to (agora/train/tracking.py).
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ppo_fields_moved(cls, data):
+        """Old run folders name the budget and CPU knobs under ``ppo:``: read them from there
+        (both places at once is an error)."""
+        if not isinstance(data, dict) or not isinstance(data.get("ppo"), dict):
+            return data
+        moved = [k for k in MOVED_TO_TRAINER if k in data["ppo"]]
+        if not moved:
+            return data
+        trainer = data.get("trainer") or {}
+        if not isinstance(trainer, dict):
+            return data
+        twice = [k for k in moved if k in trainer]
+        if twice:
+            raise ValueError(f"ppo.{twice[0]}: set it under trainer: only (it moved there)")
+        data = {**data, "ppo": {k: v for k, v in data["ppo"].items() if k not in moved},
+                "trainer": {**trainer, **{k: data["ppo"][k] for k in moved}}}
+        return data
 
     @model_validator(mode="after")
     def _curriculum_fits(self) -> RunConfig:

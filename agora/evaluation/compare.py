@@ -39,10 +39,10 @@ def with_budget(cfg: RunConfig, minutes: float | None, updates: int | None) -> R
         raise ValueError("give --minutes or --updates, not both")
     data = cfg.model_dump(mode="json")
     if minutes is not None:
-        data["ppo"]["max_minutes"] = minutes
+        data["trainer"]["max_minutes"] = minutes
     if updates is not None:
-        data["ppo"]["max_updates"] = updates
-        data["ppo"]["max_minutes"] = None
+        data["trainer"]["max_updates"] = updates
+        data["trainer"]["max_minutes"] = None
     return parse_config(data, "<compare budget>")
 
 

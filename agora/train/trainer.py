@@ -32,6 +32,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from prometheus_client import REGISTRY, start_http_server
 
 from agora.algos import distributed
@@ -88,6 +89,8 @@ def build_learners(cfg: RunConfig, placements: dict[str, Placement],
     """One learner per agent, in config order (every rank builds them in the same order).
     Frozen agents get a learner too (zero-initialised LoRA = the base model) so that every
     agent is an adapter name on its server; it is just never updated."""
+    if all(p.on_cpu for p in placements.values()):
+        torch.set_num_threads(cfg.trainer.torch_threads)
     return {agent.name: PPOLearner(resolve_model(cfg.models[agent.base].model), agent, cfg.ppo,
                                    seed=cfg.seed, placement=placements[agent.name],
                                    parallel=parallel)
@@ -164,11 +167,11 @@ class Trainer:
         # learner on a GPU needs its host thread to feed the GPU at full speed instead. (Several
         # CPU processes would all pin to the same last CPUs: they are left to the scheduler.)
         if all(p.on_cpu for p in placements.values()) and not self.parallel.sharded:
-            if self.cfg.ppo.pin_cpus:
-                pinned = pin_to_last_cpus(self.cfg.ppo.torch_threads)
+            if self.cfg.trainer.pin_cpus:
+                pinned = pin_to_last_cpus(self.cfg.trainer.torch_threads)
                 log.info("trainer pinned to CPUs %s", pinned)
-            if self.cfg.ppo.nice:
-                os.nice(self.cfg.ppo.nice)
+            if self.cfg.trainer.nice:
+                os.nice(self.cfg.trainer.nice)
         if self.serve_metrics:
             # Its own fail-fast client: a scrape while Redis restarts gets no sample at once
             # instead of waiting out the trainer's retries.
@@ -266,17 +269,18 @@ class Trainer:
 
     def budget_progress(self) -> float:
         """How far through the budget the run is, 0..1 (the further of updates and minutes)."""
-        ppo = self.cfg.ppo
+        budget = self.cfg.trainer
         progress = 0.0
-        if ppo.max_updates is not None:
-            progress = max(progress, self.update_index / ppo.max_updates)
-        if ppo.max_minutes is not None:
-            progress = max(progress, (time.monotonic() - self.started) / 60 / ppo.max_minutes)
+        if budget.max_updates is not None:
+            progress = max(progress, self.update_index / budget.max_updates)
+        if budget.max_minutes is not None:
+            minutes = (time.monotonic() - self.started) / 60
+            progress = max(progress, minutes / budget.max_minutes)
         return min(1.0, progress)
 
     def budget_spent(self) -> bool:
-        ppo = self.cfg.ppo
-        if ppo.max_updates is None and ppo.max_minutes is None:
+        budget = self.cfg.trainer
+        if budget.max_updates is None and budget.max_minutes is None:
             return False
         return self.budget_progress() >= 1.0
 
@@ -350,7 +354,7 @@ class Trainer:
             self.versions[name] += 1
             new_paths[name] = self.learners[name].save_policy(
                 self.policy_dir(name, self.versions[name]))
-        if self.update_index % self.cfg.ppo.checkpoint_every == 0:
+        if self.update_index % self.cfg.trainer.checkpoint_every == 0:
             self.checkpoint()
         for name, path in new_paths.items():
             stats[name]["hotswap_seconds"] = self.keeper.publish(
