@@ -17,10 +17,9 @@ test: setup
 	bash scripts/ensure_deploy_tools.sh
 	$(PY) -m pytest -q --durations=25 tests
 
+# tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~20 s.
 test-fast: setup
-	bash scripts/ensure_prometheus.sh
-	bash scripts/ensure_deploy_tools.sh
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q tests/unit
 
 # Pin every installed package's exact version for the next fresh install (scripts/bootstrap.sh).
 lock: setup
@@ -44,7 +43,7 @@ bench: setup
 # and agora's dependencies (transformers, peft, trl, pydantic, ...).
 GPU_PY ?= python3
 bench-gpu:
-	PYTHONPATH=. $(GPU_PY) -m pytest -q -m gpu tests/test_gpu.py
+	PYTHONPATH=. $(GPU_PY) -m pytest -q -m gpu tests/integration/test_gpu.py
 	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 135m --set ttt32
 	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 0.5b --set ttt64
 	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 0.5b --set long64

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# AGORA_BENCH_RESULTS: another file (tests/test_bench_smoke.py runs the scripts on tiny-random
-# and must not add to the real figures).
+# AGORA_BENCH_RESULTS: another file (tests/integration/test_bench_smoke.py runs the scripts on
+# tiny-random and must not add to the real figures).
 RESULTS = Path(os.environ.get("AGORA_BENCH_RESULTS", ROOT / "bench" / "results.md"))
 TITLE = "# Benchmark results\n\nAppended by the `bench/` scripts (`make bench`), newest last.\n"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the two CLIs that tests/test_compose.py and tests/test_k8s.py run, the way a fresh
+# Install the two CLIs that tests/integration/test_compose.py and tests/integration/test_k8s.py run, the way a fresh
 # machine gets them (from the package registries, no other network). Idempotent.
 #
 #  - Docker Compose v2 itself (the real Go binary: its parser, interpolation and profiles), into

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure a Prometheus server binary is on PATH: tests/test_monitoring.py starts a real one
+# Make sure a Prometheus server binary is on PATH: tests/e2e/test_monitoring.py starts a real one
 # against the embedded stack. Idempotent: does nothing when `prometheus` is already installed.
 # Installs Debian's package (no service is started: the package's init scripts are not run
 # without systemd, and the test starts its own server on a free port anyway).

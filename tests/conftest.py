@@ -103,11 +103,19 @@ def judge_url(logs_dir, redis_url) -> Iterator[str]:
         svc.stop()
 
 
+LEVELS = ("unit", "integration", "e2e")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """``gpu`` tests run wherever torch sees a CUDA GPU and say why they are skipped elsewhere
-    (CI has none; `device`-lent sessions and GPU users run them)."""
+    """Each test is marked by its directory (``-m unit`` = tests/unit: nothing started;
+    integration: real servers; e2e: the whole stack). ``gpu`` tests run wherever torch sees a
+    CUDA GPU and say why they are skipped elsewhere (CI has none; GPU users run them)."""
     import torch
 
+    for item in items:
+        level = Path(str(item.fspath)).parent.name
+        if level in LEVELS:
+            item.add_marker(getattr(pytest.mark, level))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine (gpu tests run where there is)")

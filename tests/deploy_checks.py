@@ -1,9 +1,9 @@
 """What the code really serves, for checking the deployment files against it.
 
-Shared by tests/test_compose.py and tests/test_k8s.py. The point of these checks is that a port,
-a command or a health route in docker-compose.yml or k8s/ can drift from the code without any
-other test noticing (nothing here can run an image). So every expectation comes from the code:
-ports from the run config (agora/config/run.py), commands from the launcher
+Shared by tests/integration/test_compose.py and tests/integration/test_k8s.py. The point of these
+checks is that a port, a command or a health route in docker-compose.yml or k8s/ can drift from the
+code without any other test noticing (nothing here can run an image). So every expectation comes
+from the code: ports from the run config (agora/config/run.py), commands from the launcher
 (agora/stack/launcher.py), health routes from the FastAPI apps built the way uvicorn builds them,
 the vLLM flags from agora/serving/vllm_server.py.
 """

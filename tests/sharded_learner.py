@@ -1,4 +1,4 @@
-"""One rank of a sharded learner, for tests/test_ppo_sharded.py:
+"""One rank of a sharded learner, for tests/integration/test_ppo_sharded.py:
 ``torchrun --nproc-per-node N tests/sharded_learner.py MODEL OUT``.
 
 Runs the updates of ``SCENARIOS`` on ``turns()`` (the test runs the same on one process), saves
@@ -18,7 +18,7 @@ from agora.algos import distributed
 from agora.algos.compute import ComputeConfig, resolve
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config.run import AgentConfig, PPOConfig
-from tests.test_ppo_device import _turns
+from tests.integration.test_ppo_device import _turns
 
 # (name, PPO fields): several minibatches and epochs with a KL term and per-role whitening
 # (a minibatch of 3 leaves a rank with no row of it, now and then); the fused single pass;
@@ -30,7 +30,7 @@ SCENARIOS = [
     ("fused", {"batch_turns": 10, "minibatch_turns": 10, "epochs": 1, "kl_coef": 0.0}),
     ("full", {**MINIBATCHES, "learning_rate": 1e-4}),
 ]
-# tests/test_gpu.py runs the same on GPUs (NCCL): AGORA_TEST_DEVICE=cuda.
+# tests/integration/test_gpu.py runs the same on GPUs (NCCL): AGORA_TEST_DEVICE=cuda.
 COMPUTE = ComputeConfig(device=os.environ.get("AGORA_TEST_DEVICE", "cpu"), dtype="fp32")
 
 

@@ -827,7 +827,7 @@ def read_config_yaml(path: str | Path) -> object:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read: {err}") from None
     # ValueError: an int past Python's 4300-digit limit; RecursionError: nesting ~1000 deep.
-    # Both escaped as tracebacks from `agora up` (tests/test_hostile_input.py).
+    # Both escaped as tracebacks from `agora up` (tests/integration/test_hostile_input.py).
     except (yaml.YAMLError, ValueError, RecursionError) as err:
         raise ConfigError(f"{path}: not valid YAML: {err or type(err).__name__}") from None
 

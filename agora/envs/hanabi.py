@@ -1,7 +1,7 @@
 """Hanabi self-play on TextArena's rules (``textarena/envs/Hanabi/env.py``), forfeit on a bad move.
 
-Same as TextArena 0.7.4 (tests/test_hanabi.py replays games through its ``HanabiEnv`` to keep the
-two in agreement):
+Same as TextArena 0.7.4 (tests/unit/test_hanabi.py replays games through its ``HanabiEnv`` to keep
+the two in agreement):
 
 * 50 cards: colors white, yellow, green, blue, red; per color three 1s, two 2s/3s/4s, one 5.
   The deal and every draw use TextArena's procedure (``deck.pop(randrange(len(deck)))`` on a

@@ -4,8 +4,8 @@ Same as TextArena: cells 0-8 row by row, an action is the first ``[n]`` in the t
 'O' and moves first, seat 1 plays 'X', three in a row wins, a full board draws. One difference,
 by design: TextArena lets a player retry after an invalid move (``error_allowance=1``); here an
 illegal or unparsable move forfeits at once (``error_allowance=0``), because the learner must pay
-for it on the move that caused it. tests/test_tictactoe.py replays games through TextArena's own
-env to keep the two in agreement.
+for it on the move that caused it. tests/unit/test_tictactoe.py replays games through TextArena's
+own env to keep the two in agreement.
 
 The prompt is shorter than TextArena's (every token costs CPU time in rollouts and updates) but
 carries the same facts: your mark, the board with free cells numbered, the legal moves.

@@ -1,6 +1,6 @@
 """The statistics of ``agora eval``: intervals, pass@k, majority vote.
 
-Kept free of I/O so each formula is unit-tested on its own (tests/test_eval_cli.py).
+Kept free of I/O so each formula is unit-tested on its own (tests/integration/test_eval_cli.py).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def parse_json_object(raw: bytes) -> dict:
         body = json.loads(raw)
     # ValueError covers bad UTF-8, bad JSON and integers longer than Python's 4300-digit
     # conversion limit; RecursionError, arrays nested ~1000 deep (both were 500s, found by
-    # tests/test_hostile_api.py).
+    # tests/integration/test_hostile_api.py).
     except (ValueError, RecursionError) as err:
         raise GatewayError(400, f"request body is not valid JSON: {err}", "invalid_json") from None
     if not isinstance(body, dict):
@@ -64,7 +64,8 @@ def parse_chat_body(raw: bytes) -> dict:
         raise GatewayError(422, "'stream' must be a boolean", "invalid_stream", param="stream")
     for field in ("n", "best_of"):
         # vLLM accepts up to 16384 choices per request: one public request could hold the
-        # policy server until the gateway's timeout (found by tests/test_hostile_api.py).
+        # policy server until the gateway's timeout (found by
+        # tests/integration/test_hostile_api.py).
         value = body.get(field, 1)
         if value is not None and not (type(value) is int and 1 <= value <= MAX_CHOICES):
             raise GatewayError(422, f"'{field}' must be an integer from 1 to {MAX_CHOICES}",

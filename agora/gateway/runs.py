@@ -71,7 +71,7 @@ def parse_run_request(raw: bytes) -> tuple[RunConfig, str | None]:
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     # ValueError: bad UTF-8, or an int over Python's 4300-digit limit; RecursionError: deep
-    # nesting. Both were 500s (tests/test_hostile_api.py).
+    # nesting. Both were 500s (tests/integration/test_hostile_api.py).
     except (ValueError, RecursionError, yaml.YAMLError) as err:
         raise GatewayError(400, f"request body is not valid YAML or JSON: {err}",
                            "invalid_body") from None

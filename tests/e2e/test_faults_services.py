@@ -34,8 +34,8 @@ from agora.serving.client import AdapterMissing, PolicyAdmin, PolicyClient, load
 from agora.stack.launcher import Stack, make_stack
 from agora.stack.procs import Service, ServiceFailed, free_port
 from agora.stack.redis_client import resilient_redis
+from tests.integration.test_gateway import make_adapter
 from tests.stack_helpers import process_tree, processes_of_run, tiny_config, wait_for
-from tests.test_gateway import make_adapter
 
 
 def in_flight(log_text: str) -> int:

@@ -14,7 +14,7 @@ from agora.stack.launcher import make_stack
 from agora.stack.procs import free_port
 from tests.stack_helpers import descendants_alive, process_tree, processes_of_run, tiny_config
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 
 def _agent(name: str, base: str, trainable: bool = True) -> dict:

@@ -13,7 +13,7 @@ import yaml
 
 from tests.stack_helpers import tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ppo_update_bench_runs_on_the_current_learner(tmp_path):

@@ -14,7 +14,7 @@ from agora.cli.main import app
 from agora.evaluation.compare import ArmResult, multi_agent_config, single_agent_config, with_budget
 from tests.stack_helpers import tiny_config, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 
 

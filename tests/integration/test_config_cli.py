@@ -15,7 +15,7 @@ import yaml
 from agora.config.reference import render
 from agora.config.run import ConfigError, apply_overrides, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TICTACTOE = ROOT / "configs" / "tictactoe_selfplay.yaml"
 
 

@@ -9,7 +9,7 @@ import pytest
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.rewards.discussion import discussion_rewards
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 TASK = DiscussionTask(task_id="t1", kind="math", question="What is 2 + 3?")
 
 

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE = ("../" + "shared/", "DESIGN" + ".md")  # spelt apart: this file must not match
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -2,7 +2,7 @@
 
 Real parts only: the session Redis, the reward service (its sandbox runs the code) and the judge
 service (rubric backend) under uvicorn, and for malformed verdicts a judge on the LLM backend
-asking ``tests.test_judge:scripted_model`` (a real OpenAI-compatible server that answers
+asking ``tests.integration.test_judge:scripted_model`` (a real OpenAI-compatible server that answers
 garbage when the context says ``scenario:malformed``). Every seat is a scripted context agent,
 so outcomes are known: the tests check what the scorers make of them, and that a scheduled
 seat follows the clock (the clock agent's version in Redis).
@@ -182,8 +182,8 @@ def garbage_judge_url(logs_dir, redis_url) -> Iterator[str]:
     """A judge on the LLM backend whose model (the scripted one) answers ``scenario:malformed``
     contexts with text that holds no verdict."""
     model_port, judge_port = free_port(), free_port()
-    model = uvicorn_service("scripted-model-env", "tests.test_judge:scripted_model", model_port,
-                            logs_dir / "scripted-model-env.log")
+    model = uvicorn_service("scripted-model-env", "tests.integration.test_judge:scripted_model",
+                            model_port, logs_dir / "scripted-model-env.log")
     judge = uvicorn_service(
         "judge-llm-env", "services.judge.app:app", judge_port, logs_dir / "judge-llm-env.log",
         {"AGORA_JUDGE_BACKEND": "llm", "AGORA_JUDGE_BASE_URL": f"http://127.0.0.1:{model_port}/v1",

@@ -16,10 +16,10 @@ from transformers import AutoModelForCausalLM
 
 from agora.serving.model_folders import SMOLLM2
 from agora.train.export import ExportError, base_name, export_agent
+from tests.integration.test_policy_vllm import perturbed_learner
 from tests.stack_helpers import tiny_config
-from tests.test_policy_vllm import perturbed_learner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""The learner on a real CUDA GPU: the same checks as tests/test_ppo_device.py's, where they
-cannot be faked. Marked ``gpu``: they run wherever torch sees a GPU (tests/conftest.py skips
+"""The learner on a real CUDA GPU: the same checks as tests/integration/test_ppo_device.py's, where
+they cannot be faked. Marked ``gpu``: they run wherever torch sees a GPU (tests/conftest.py skips
 them, saying so, on machines without one, such as CI's)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 from agora.algos.compute import ComputeConfig, flash_attn_installed
 from agora.algos.ppo import PPOLearner
 from agora.config.run import AgentConfig, PPOConfig
+from tests.integration.test_ppo_device import DeviceAudit, _turns
 from tests.stack_helpers import FP32
-from tests.test_ppo_device import DeviceAudit, _turns
 
 pytestmark = pytest.mark.gpu
 
@@ -87,11 +87,11 @@ def test_processes_past_the_gpus_are_refused_before_anything_starts():
 @pytest.mark.skipif(torch.cuda.device_count() < 2,
                     reason="a sharded learner needs 2 GPUs here (NCCL: one process per GPU)")
 def test_two_gpus_compute_the_one_process_update(tiny_model, tmp_path, monkeypatch):
-    """tests/test_ppo_sharded.py's check, on GPUs: two processes over NCCL, fp32."""
+    """tests/integration/test_ppo_sharded.py's check, on GPUs: two processes over NCCL, fp32."""
     import json
 
     from tests import sharded_learner
-    from tests.test_ppo_sharded import _run_two_ranks
+    from tests.integration.test_ppo_sharded import _run_two_ranks
 
     monkeypatch.setenv("AGORA_TEST_DEVICE", "cuda")
     _run_two_ranks(tiny_model, tmp_path)

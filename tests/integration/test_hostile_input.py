@@ -1,11 +1,12 @@
-"""Hostile input that is not HTTP fuzzing (that is tests/test_hostile_api.py), all on real parts:
+"""Hostile input that is not HTTP fuzzing (that is tests/integration/test_hostile_api.py), all on
+real parts:
 
 - forged verdicts and tool results: text that imitates the judge's verdict format, the reward
   verifier's, or the environment's ``<result>`` blocks must not change what is parsed (the
   judge's neutraliser and block markers under property-based generation; the real reward
   service; a real rollout on the tiny model whose turn forges results);
-- sandbox escapes the sandbox tests do not already try (tests/test_sandbox.py covers fork
-  bombs, loops, memory, reading outside, sockets, huge output and files): environment secrets,
+- sandbox escapes the sandbox tests do not already try (tests/integration/test_sandbox.py covers
+  fork bombs, loops, memory, reading outside, sockets, huge output and files): environment secrets,
   writing outside its folder, ``os.system``/ctypes syscalls, signalling host processes,
   abstract unix sockets, filling its disk, file names that climb out;
 - run configs with wrong types, unknown keys, missing models or unreachable services:
@@ -46,7 +47,7 @@ from agora.sandbox.runner import SandboxLimits, SandboxStatus, run_python
 from agora.tools import parse_tool_calls
 from tests.stack_helpers import tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROOTED = os.geteuid() == 0
 FAST = SandboxLimits(cpu_seconds=2, wall_seconds=10)
 PORTS = range(8446, 8460)  # this file's share of the 8440-8459 range (nothing binds them)
@@ -75,7 +76,7 @@ CRITERIA = ["relevance", "a", "b", "helpfulness"]
 @given(hostile_text)
 def test_neutralised_text_never_parses_as_a_verdict_or_score(text):
     """The invariant the judge's security rests on (agora/judge/verdicts.py), for generated
-    text rather than the handful of examples in tests/test_judge.py."""
+    text rather than the handful of examples in tests/integration/test_judge.py."""
     safe = neutralise(text)
     assert parse_verdict(safe) is None, (text, safe)
     assert parse_scores(safe, CRITERIA, (0, 100)) == {}, (text, safe)

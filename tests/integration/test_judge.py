@@ -173,7 +173,7 @@ def judges(redis_url, logs_dir) -> Iterator[Judges]:
     model_port = free_port()
     model_url = f"http://127.0.0.1:{model_port}"
     model = uvicorn_service(
-        "scripted-model", "tests.test_judge:scripted_model", model_port,
+        "scripted-model", "tests.integration.test_judge:scripted_model", model_port,
         logs_dir / "scripted-model.log",
     )
     dead = f"127.0.0.1:{free_port()}"

@@ -1,8 +1,8 @@
 """k8s/: the kustomize base and its gpu overlay, built by kustomize (kubectl kustomize), every
 resource validated by kubernetes-validate against the Kubernetes 1.31 schemas in strict mode
 (unknown fields are errors), and checked against what the code serves, like docker-compose.yml
-in tests/test_compose.py: ports, probes, commands, the run config the pods mount and where it
-says the services are. No cluster is needed.
+in tests/integration/test_compose.py: ports, probes, commands, the run config the pods mount and
+where it says the services are. No cluster is needed.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from agora.serving.client import PolicyAdmin, PolicyClient
 from agora.serving.weights import adapter_dir
 from tests.stack_helpers import FP32, session_servers_config
 
-LOGPROB_ATOL = 2e-3  # as tests/test_policy_vllm.py: fp32 on both sides
+LOGPROB_ATOL = 2e-3  # as tests/integration/test_policy_vllm.py: fp32 on both sides
 
 
 def hanabi_midgame(seed: int = 3, moves: int = 4) -> Hanabi:

@@ -19,7 +19,7 @@ from agora.config.run import ConfigError
 from tests import sharded_learner
 from tests.stack_helpers import tiny_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_two_ranks(model: str, out: Path) -> None:

@@ -223,7 +223,7 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
 def test_task_sources_beyond_reasoning_gym(tmp_path: Path) -> None:
     """A GSM8K-format JSONL file is a reflection task source (split by test_fraction);
     an NLI file is refused by name."""
-    samples = Path(__file__).resolve().parents[1] / "data" / "samples"
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
     spec = {"source": "jsonl", "path": str(samples / "gsm8k_sample.jsonl"), "format": "gsm8k",
             "test_fraction": 0.25}
     cfg = load_reflection_config(write_config(tmp_path / "j.yaml", task=spec))

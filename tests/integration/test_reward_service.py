@@ -12,7 +12,7 @@ import pytest
 SEAT0_WINS = ["[0]", "[3]", "[1]", "[4]", "[2]"]
 # X takes the middle column; O's three moves make no line.
 SEAT1_WINS = ["[0]", "[1]", "[2]", "[4]", "[3]", "[7]"]
-# A full board with no line (see tests/test_tictactoe.py).
+# A full board with no line (see tests/unit/test_tictactoe.py).
 DRAW = ["[0]", "[1]", "[2]", "[4]", "[3]", "[5]", "[7]", "[6]", "[8]"]
 # X plays onto O's cell 0 on its second move.
 SEAT1_ILLEGAL = ["[4]", "[8]", "[0]", "[0]"]

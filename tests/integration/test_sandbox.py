@@ -20,7 +20,7 @@ import pytest
 from agora.rewards.verifiers.code import MARKER, expected_test_names, extract_code, verify_code
 from agora.sandbox.runner import SandboxLimits, SandboxResult, SandboxStatus, run_python
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROOTED = os.geteuid() == 0
 # Generous wall limits: the CI machine may be busy, and startup counts against the wall clock.
 FAST = SandboxLimits(cpu_seconds=2, wall_seconds=8)

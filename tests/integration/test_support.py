@@ -34,7 +34,7 @@ from agora.tools.search import index_for
 from agora.train.curriculum.ladders import ENV_LEVELS
 from tests.stack_helpers import tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RNG = random.Random(0)
 ORACLE, ROUTER, GUESSER = SupportOracle(), SupportRouter(), SupportGuesser()
 
@@ -418,7 +418,7 @@ def test_shipped_config_and_options():
     # Defaults fill in; a user's tool module makes its tools available to a role.
     cfg = parse_config({**BASE, "environment": {
         "name": "support", "seats": ["learner"] * 3,
-        "support": {"levels": [2, 3], "tool_modules": ["tests.test_tools"],
+        "support": {"levels": [2, 3], "tool_modules": ["tests.integration.test_tools"],
                     "tools": {"billing": ["calculator", "shipping_quote"]}}}})
     opts = cfg.environment.support
     assert opts.tools == {"triage": ["search"], "billing": ["calculator", "shipping_quote"],

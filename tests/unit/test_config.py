@@ -11,7 +11,7 @@ import yaml
 
 from agora.config.run import ConfigError, RunConfig, load_config, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "tictactoe_selfplay.yaml"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from agora.config.run import ConfigError, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = {
     "models": {"m": {"model": "tiny-random"}},
     "agents": [{"name": "learner", "base": "m"}],

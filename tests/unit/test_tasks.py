@@ -12,7 +12,7 @@ import pytest
 from agora.data import NLI_LABELS, Task, TaskError, load_tasks, parse_spec
 from agora.rewards.verifiers.math import verify_math
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GSM8K = ROOT / "data" / "samples" / "gsm8k_sample.jsonl"
 ANLI = ROOT / "data" / "samples" / "anli_sample.jsonl"
 GSM8K_ANSWERS = ["29", "126", "105", "240", "420", "210", "7", "35.25", "720", "27", "4", "66",
