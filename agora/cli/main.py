@@ -225,6 +225,7 @@ def ask_gateway_for_move(stack: Stack, agent: str) -> None:
     from agora.envs import make_env
     from agora.envs.base import legal_completions
     from agora.envs.tictactoe import TicTacToe, render_board
+    from agora.serving.requests import chat_request
 
     cfg = stack.cfg
     env = make_env(cfg.environment.name, num_seats=len(cfg.environment.seats))
@@ -234,17 +235,10 @@ def ask_gateway_for_move(stack: Stack, agent: str) -> None:
         env.reset(1)
     seat = env.current_seat
     messages = env.observation(seat)
-    sampling = cfg.agent(agent).sampling
-    body = {
-        "model": agent,
-        "messages": [*messages, {"role": "assistant", "content": cfg.environment.prefill}],
-        "max_tokens": sampling.max_tokens, "temperature": 0.0, "stop": list(sampling.stop),
-        "continue_final_message": True, "add_generation_prompt": False,
-        "include_stop_str_in_output": True,
-    }
-    if sampling.legal_actions_only and (choices := legal_completions(env,
-                                                                    cfg.environment.prefill)):
-        body["structured_outputs"] = {"choice": choices}
+    sampling = cfg.agent(agent).sampling.model_copy(update={"temperature": 0.0})  # its best move
+    prefill = cfg.environment.prefill
+    choices = legal_completions(env, prefill) if sampling.legal_actions_only else None
+    body = chat_request(agent, messages, sampling, prefill, choices)
     url = f"http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}/v1/chat/completions"
     resp = httpx.post(url, json=body, timeout=60)
     resp.raise_for_status()

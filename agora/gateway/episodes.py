@@ -42,6 +42,7 @@ from agora.envs.discussion import Discussion, DiscussionTask
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.proxy import parse_json_object, post_json
 from agora.gateway.schemas import ModelRouter, Route
+from agora.serving.requests import chat_request
 
 USER = "user"
 BOT_PREFIX = "bot:"
@@ -279,15 +280,8 @@ class EpisodeService:
                          spec: EpisodeCreate) -> str:
         prefill, sampling = self.play_settings(route, spec)
         messages = env.observation(seat)
-        body: dict = {"model": route.served_name, "messages": messages,
-                      "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
-                      "top_p": sampling.top_p, "stop": sampling.stop,
-                      "include_stop_str_in_output": True}
-        if prefill:  # the assistant turn starts with the prefill and the model continues it
-            body["messages"] = [*messages, {"role": "assistant", "content": prefill}]
-            body.update(continue_final_message=True, add_generation_prompt=False)
-        if sampling.legal_actions_only and (choices := legal_completions(env, prefill)):
-            body["structured_outputs"] = {"choice": choices}  # as the agent was trained
+        choices = legal_completions(env, prefill) if sampling.legal_actions_only else None
+        body = chat_request(route.served_name, messages, sampling, prefill, choices)
         url = route.base_url + "/v1/chat/completions"
         try:
             data = await post_json(self.http, url, body, route.served_name)

