@@ -12,16 +12,12 @@ module imports without side effects and a bad variable fails before the port is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agora.judge.cache import VerdictCache
 from agora.judge.core import Backend, Judge
@@ -30,82 +26,14 @@ from agora.judge.llm import LLMBackend
 from agora.judge.rubric_backend import RubricBackend
 from agora.judge.schemas import PairwiseRequest, PairwiseResponse, ScoreRequest, ScoreResponse
 from agora.judge.settings import JudgeSettings
-from agora.ops.metrics import instrument
+from agora.ops.http import BodyLimit, add_validation_handler, instrument
 
 MAX_BODY_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0
 
 
-class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with 413 before FastAPI parses them.
-
-    A declared Content-Length is checked unread; a chunked body is counted as it arrives and
-    buffered only up to the limit, then replayed to the app. Pure ASGI (not BaseHTTPMiddleware)
-    because the body has to be intercepted before the route reads it.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body exceeds {self.max_bytes} bytes"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-
 def add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        """FastAPI's 422 minus the echoed inputs (a 32 kB candidate echoed back helps no one)."""
-        errors = [{k: v for k, v in err.items() if k != "input"} for err in exc.errors()]
-        # ctx may hold the ValueError a validator raised: its message, not "{}".
-        detail = jsonable_encoder(errors, custom_encoder={Exception: str})
-        return JSONResponse(status_code=422, content={"detail": detail})
+    add_validation_handler(app)
 
     @app.exception_handler(JudgeError)
     async def _judge_error(_: Request, err: JudgeError) -> JSONResponse:

@@ -1,0 +1,225 @@
+"""The reward service's logic (its HTTP app is services/reward/app.py): replay a game, check math
+and NLI answers against a task, run programs against hidden tests in the sandbox, and score with
+the learned verifier, alone or blended with the rule reward.
+
+Usable in-process: ``RewardService(settings).verify(request)``. Errors a client can fix raise
+``RewardError`` with the HTTP status the app answers (422 for bad input, 503 for a broken
+learned verifier).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from agora.data import TaskError
+from agora.envs import ENVS
+from agora.ops.metrics import LEARNED_SCORES, VERIFICATIONS
+from agora.rewards.schemas import (
+    MAX_ACTION_CHARS,
+    AnyVerifyRequest,
+    CodeResult,
+    CodeRewards,
+    CodeVerifyRequest,
+    CodeVerifyResponse,
+    MathResult,
+    MathVerifyRequest,
+    MathVerifyResponse,
+    NLIResult,
+    NLIVerifyRequest,
+    NLIVerifyResponse,
+    ScoreRequest,
+    ScoreResponse,
+    TaskRewards,
+    TaskVerifyRequest,
+    VerifyRequest,
+)
+from agora.rewards.settings import RewardSettings
+from agora.rewards.verifiers.code import CodeVerdict, expected_test_names, verify_code
+from agora.rewards.verifiers.game import GameVerdict, InvalidEpisode, verify_game
+from agora.rewards.verifiers.learned import LazyVerifier, VerifierUnavailable, probability
+from agora.rewards.verifiers.math import verify_math
+from agora.rewards.verifiers.nli import verify_nli
+
+
+class RewardError(Exception):
+    """A request the service refuses, with the HTTP status to answer it with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class RewardService:
+    """The verifiers with the settings they share: the learned verifier (loaded once), the
+    default blend weight, and the sandbox slots every code request draws from."""
+
+    def __init__(self, settings: RewardSettings) -> None:
+        self.settings = settings
+        self.learned = LazyVerifier(settings.model)
+        self.sandbox_slots = threading.BoundedSemaphore(settings.sandbox_concurrency)
+
+    def warm(self) -> None:
+        """Load the learned verifier in the background: ``/health`` must not wait for torch."""
+        if self.learned.configured:
+            threading.Thread(target=self.learned.warm, name="learned-verifier-load",
+                             daemon=True).start()
+
+    def verify(self, req: AnyVerifyRequest
+               ) -> GameVerdict | MathVerifyResponse | NLIVerifyResponse | CodeVerifyResponse:
+        # Called from FastAPI's thread pool (a sync endpoint), which is why the verifiers must
+        # not rely on signals (see agora/rewards/verifiers/math.py), and why a code run may block.
+        if isinstance(req, MathVerifyRequest):
+            return self.verify_math(req)
+        if isinstance(req, NLIVerifyRequest):
+            return self.verify_nli(req)
+        if isinstance(req, CodeVerifyRequest):
+            return self.verify_code(req)
+        return self.verify_game(req)
+
+    def score(self, req: ScoreRequest) -> ScoreResponse:
+        """The learned verifier's score of each answer to the question."""
+        scores = self.learned_scores(req.question, req.answers, "/v1/score")
+        return ScoreResponse(scores=scores, probs=[probability(x) for x in scores])
+
+    def learned_scores(self, question: str, answers: list[str], route: str) -> list[float]:
+        try:
+            verifier = self.learned.get()
+        except VerifierUnavailable as err:
+            # Not configured: no retry can succeed against this deployment, so the request is
+            # refused (422, like the judge's unconfigured backend) and workers do not retry it.
+            # Configured but failed to load: the service's fault, 503.
+            raise RewardError(503 if self.learned.configured else 422, str(err)) from None
+        scores = verifier.score(question, answers)
+        if not all(math.isfinite(x) for x in scores):  # JSON cannot carry NaN: say why instead
+            raise RewardError(503, f"the learned verifier at {self.learned.path} gave a non-finite "
+                                     "score: its weights are broken (retrain it)")
+        LEARNED_SCORES.labels(route).inc(len(answers))
+        return scores
+
+    def verify_game(self, req: VerifyRequest) -> GameVerdict:
+        if req.env not in ENVS:
+            raise RewardError(422, f"unknown env '{req.env}'; known: {sorted(ENVS)}")
+        too_long = [i for i, a in enumerate(req.actions) if len(a) > MAX_ACTION_CHARS]
+        if too_long:
+            raise RewardError(422, f"actions {too_long[:5]} exceed {MAX_ACTION_CHARS} characters")
+        if any(len(a) > MAX_ACTION_CHARS for a in req.opening):
+            raise RewardError(422, f"an opening move exceeds {MAX_ACTION_CHARS} characters")
+        try:
+            verdict = verify_game(req.env, req.actions, req.rewards, req.seed, req.num_seats,
+                                  opening=req.opening)
+        except (InvalidEpisode, ValueError) as err:  # ValueError: a seat count the game lacks
+            raise RewardError(422, str(err)) from None
+        VERIFICATIONS.labels("game", "finished" if verdict.finished else "unfinished").inc()
+        return verdict
+
+    def verify_math(self, req: MathVerifyRequest) -> MathVerifyResponse:
+        try:
+            verdicts = [verify_math(response, req.task) for response in req.responses]
+        except TaskError as err:
+            raise RewardError(422, f"task: {err}") from None
+        rule = [task_reward(req.rewards, v.correct, v.extracted is not None) for v in verdicts]
+        mixed = self.mix(req, rule)
+        results = [
+            MathResult(correct=v.correct, parsable=v.extracted is not None, extracted=v.extracted,
+                       method=v.method, score=v.score, **parts)
+            for v, parts in zip(verdicts, mixed, strict=True)
+        ]
+        count("math", results)
+        return MathVerifyResponse(results=results, accuracy=accuracy(results), mode=req.mode,
+                                  blend_weight=self.weight(req))
+
+    def verify_nli(self, req: NLIVerifyRequest) -> NLIVerifyResponse:
+        try:
+            verdicts = [verify_nli(response, req.task) for response in req.responses]
+        except TaskError as err:
+            raise RewardError(422, f"task: {err}") from None
+        rule = [task_reward(req.rewards, v.correct, v.parsable) for v in verdicts]
+        mixed = self.mix(req, rule)
+        results = [
+            NLIResult(correct=v.correct, parsable=v.parsable, predicted=v.predicted, **parts)
+            for v, parts in zip(verdicts, mixed, strict=True)
+        ]
+        count("nli", results)
+        return NLIVerifyResponse(results=results, accuracy=accuracy(results), mode=req.mode,
+                                 blend_weight=self.weight(req))
+
+    def weight(self, req: TaskVerifyRequest) -> float | None:
+        if req.mode != "blend":
+            return None
+        return self.settings.blend if req.blend_weight is None else req.blend_weight
+
+    def mix(self, req: TaskVerifyRequest, rule: list[float]) -> list[dict[str, float | None]]:
+        """Per response: the rule reward, the learned one (modes learned/blend) and the final.
+
+        The learned probability is mapped onto the request's reward scale (wrong..correct), so a
+        blend of the two never mixes a 0..1 probability with, say, a -1..1 rule reward."""
+        if req.mode == "rule":
+            return [{"reward": r, "rule_reward": r} for r in rule]
+        scores = self.learned_scores(req.task.question, req.responses, "/v1/verify")
+        low, high = req.rewards.wrong, req.rewards.correct
+        weight = self.weight(req)
+        out: list[dict[str, float | None]] = []
+        for r, s in zip(rule, scores, strict=True):
+            prob = probability(s)
+            learned = low + (high - low) * prob
+            final = learned if weight is None else weight * r + (1.0 - weight) * learned
+            out.append({"reward": final, "rule_reward": r, "learned_reward": learned,
+                        "learned_prob": prob, "learned_score": s})
+        return out
+
+    def verify_code(self, req: CodeVerifyRequest) -> CodeVerifyResponse:
+        try:
+            expected_test_names(req.tests)
+        except ValueError as err:
+            raise RewardError(422, f"tests: {err}") from None
+        programs = req.programs()
+        limits = req.limits.sandbox()
+
+        def run(program: str) -> CodeVerdict:
+            with self.sandbox_slots:  # the wall clock starts inside run_python, after the wait
+                return verify_code(program, req.tests, limits)
+
+        with ThreadPoolExecutor(max_workers=min(len(programs), 8)) as pool:
+            verdicts = list(pool.map(run, programs))
+        results = [CodeResult(**v.model_dump(), reward=code_reward(req.rewards, v))
+                   for v in verdicts]
+        for r in results:
+            VERIFICATIONS.labels("code", "passed" if r.passed else
+                                 "failed" if r.status == "ok" else r.status).inc()
+        return CodeVerifyResponse(results=results,
+                                  pass_rate=sum(r.passed for r in results) / len(results))
+
+
+def code_reward(scheme: CodeRewards, verdict: CodeVerdict) -> float:
+    """failed + (passed - failed) x rate. Only a clean pass earns the full reward: a run whose
+    tests all reported success but that then hung, crashed or was tampered with counts its
+    last test as failed."""
+    total = max(1, verdict.tests_total)
+    if scheme.partial:
+        rate = verdict.tests_passed / total
+        if not verdict.passed:
+            rate = min(rate, (total - 1) / total)
+    else:
+        rate = 1.0 if verdict.passed else 0.0
+    return scheme.failed + (scheme.passed - scheme.failed) * rate
+
+
+def task_reward(scheme: TaskRewards, correct: bool, parsable: bool) -> float:
+    if correct:
+        return scheme.correct
+    if not parsable and scheme.unparsable is not None:
+        return scheme.unparsable
+    return scheme.wrong
+
+
+def count(kind: str, results: list[MathResult] | list[NLIResult]) -> None:
+    for r in results:
+        VERIFICATIONS.labels(kind, "correct" if r.correct else
+                             "wrong" if r.parsable else "unparsable").inc()
+
+
+def accuracy(results: list[MathResult] | list[NLIResult]) -> float:
+    return sum(r.correct for r in results) / len(results)
