@@ -15,7 +15,7 @@ import pytest
 
 from agora.config.run import BaseModelConfig
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
-from agora.serving.vllm_server import vllm_command, vllm_env
+from agora.serving.vllm_server import vllm_service
 from agora.stack.procs import Service, free_port, http_ok
 from agora.stack.redis_server import redis_service
 
@@ -75,13 +75,7 @@ def vllm_tiny(tiny_model, logs_dir) -> Iterator[tuple[str, BaseModelConfig]]:
         model=TINY_RANDOM, port=free_port(), max_model_len=512, max_loras=2, max_lora_rank=16,
         dtype="float32",
     )
-    svc = Service(
-        name="vllm",
-        command=vllm_command(tiny_model, cfg, "127.0.0.1"),
-        log_path=logs_dir / "vllm.log",
-        env=vllm_env(),
-        health=http_ok(f"http://127.0.0.1:{cfg.port}/health"),
-    ).start()
+    svc = vllm_service(tiny_model, cfg, "127.0.0.1", logs_dir / "vllm.log").start()
     try:
         svc.wait_healthy(600)
         yield f"http://127.0.0.1:{cfg.port}", cfg

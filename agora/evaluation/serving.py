@@ -33,7 +33,7 @@ from agora.config.run import RunConfig
 from agora.evaluation.target import EvalInputError, Version
 from agora.serving.client import PolicyAdmin, PolicyServerError, PolicyUnavailable
 from agora.serving.model_folders import resolve_model
-from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 from agora.stack.procs import Service, free_port, http_ok, port_in_use, stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,10 +187,8 @@ class EvalServices:
 
     def _vllm(self, cfg: RunConfig, key: str) -> Service:
         model = cfg.models[key]
-        return Service(name=f"policy-{key}",
-                       command=vllm_command(resolve_model(model.model), model, cfg.services.host),
-                       log_path=self.logs_dir / f"policy-{key}.log", env=vllm_env(),
-                       health=http_ok(f"http://{cfg.services.host}:{model.port}/health"))
+        return vllm_service(resolve_model(model.model), model, cfg.services.host,
+                            self.logs_dir / f"policy-{key}.log", name=f"policy-{key}")
 
     def _uvicorn(self, cfg: RunConfig, name: str, app: str, port: int, extra: dict[str, str]
                  ) -> Service:

@@ -25,8 +25,7 @@ from agora.evaluation.stats import wilson
 from agora.rollout.runner import LLMPlayer, run_episode
 from agora.serving.client import PolicyAdmin, PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
-from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
-from agora.stack.procs import Service, http_ok
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 
 
 @dataclass
@@ -118,10 +117,7 @@ def policy_server(cfg: RunConfig, agent: str, port: int | None = None) -> Iterat
     served = cfg.model_copy(deep=True)
     served.models[base_key] = model
     logs = Path(tempfile.mkdtemp(prefix="agora-support-eval-"))
-    svc = Service(name="vllm", command=vllm_command(resolve_model(model.model), model,
-                                                    cfg.services.host),
-                  log_path=logs / "vllm.log", env=vllm_env(),
-                  health=http_ok(f"http://{cfg.services.host}:{model.port}/health"))
+    svc = vllm_service(resolve_model(model.model), model, cfg.services.host, logs / "vllm.log")
     svc.start()
     try:
         svc.wait_healthy(cfg.services.health_timeout_s)

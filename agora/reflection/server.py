@@ -19,8 +19,8 @@ from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.records import DataError
 from agora.serving.client import PolicyAdmin, PolicyServerError
 from agora.serving.model_folders import resolve_model
-from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
-from agora.stack.procs import Service, ServiceFailed, http_ok, port_in_use
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
+from agora.stack.procs import ServiceFailed, port_in_use
 
 START_TIMEOUT_S = 900.0  # vLLM CPU start-up is ~40-65 s on an idle machine; much more when busy
 
@@ -43,9 +43,7 @@ def policy_server(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> 
         raise ServerError(f"policy.port: {port} is already in use (set another port, or "
                           "policy_url to use the server that runs there)")
     log_path = cfg.run_dir / "logs" / "vllm.log"
-    svc = Service(name="vllm", command=vllm_command(resolve_model(cfg.policy.model), cfg.policy,
-                                                    host),
-                  log_path=log_path, env=vllm_env(), health=http_ok(f"http://{host}:{port}/health"))
+    svc = vllm_service(resolve_model(cfg.policy.model), cfg.policy, host, log_path)
     log(f"starting vLLM on {cfg.policy.model} (port {port}, log {log_path})")
     svc.start()
     try:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from agora.config.run import BaseModelConfig
 from agora.stack.hardware import serving_dtype
+from agora.stack.procs import Service, http_ok
 
 SERVED_BASE_NAME = "base"
 
@@ -57,3 +59,14 @@ def vllm_env(base: dict[str, str] | None = None, dev: bool = False) -> dict[str,
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     return env
+
+
+def vllm_service(model_path: str, cfg: BaseModelConfig, host: str, log_path: Path,
+                 name: str = "vllm", served_name: str = SERVED_BASE_NAME,
+                 lora: bool = True) -> Service:
+    """The policy server as a process to start and wait on (every starter of vLLM: ``agora
+    up``, ``agora eval``, ``agora support-eval``, the reflection stages and the tests), healthy
+    when its ``/health`` answers. Not started: the caller owns its lifetime."""
+    return Service(name=name, command=vllm_command(model_path, cfg, host, served_name, lora),
+                   log_path=log_path, env=vllm_env(dev=not lora),
+                   health=http_ok(f"http://{host}:{cfg.port}/health"))

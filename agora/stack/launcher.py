@@ -29,7 +29,7 @@ import yaml
 from agora.config.run import RunConfig
 from agora.rollout.stream import RunKeys
 from agora.serving.model_folders import resolve_model
-from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command, vllm_env
+from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 from agora.serving.weights import live_weights_dir, prepare_live_weights
 from agora.stack.procs import Service, http_ok, port_in_use, stop_all, tail
 from agora.stack.redis_server import external_redis_url, redis_service
@@ -196,13 +196,11 @@ class Stack:
             live = prepare_live_weights(Path(model_path), live_weights_dir(self.run_dir,
                                                                            full[0].name),
                                         fresh=not self.resume)
-            command = vllm_command(str(live), m, host, served_name=full[0].name, lora=False)
-            env = vllm_env(dev=True)
+            model_path, served, lora = str(live), full[0].name, False
         else:
-            command, env = vllm_command(model_path, m, host), vllm_env()
-        return Service(name=f"policy-{key}", command=command,
-                       log_path=self.run_dir / "logs" / f"policy-{key}.log", env=env,
-                       health=http_ok(f"http://{host}:{m.port}/health"))
+            served, lora = SERVED_BASE_NAME, True
+        return vllm_service(model_path, m, host, self.run_dir / "logs" / f"policy-{key}.log",
+                            name=f"policy-{key}", served_name=served, lora=lora)
 
     def judge_env(self) -> dict[str, str]:
         """The judge service reads its settings from the environment (agora/judge/settings)."""
