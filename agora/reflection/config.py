@@ -22,6 +22,7 @@ from agora.config.run import (
     read_config_yaml,
 )
 from agora.data.specs import TaskSpec
+from agora.train.tracking import TrackingConfig, missing_packages
 
 ROLES = ("actor", "critic")
 STAGES = ("base", "sft", "dpo")
@@ -126,6 +127,8 @@ class ReflectionConfig(_Strict):
     eval: EvalStageConfig = Field(default_factory=EvalStageConfig)
     # Where SFT and DPO train (device, dtype, attention kernel), as a run config's trainer:.
     trainer: ComputeConfig = Field(default_factory=ComputeConfig)
+    # Experiment trackers the SFT and DPO stages report to (TRL's report_to), as a run config's.
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")
     def _fits_the_server(self) -> ReflectionConfig:
@@ -159,4 +162,9 @@ def parse_reflection_config(data: object, source: str = "<config>") -> Reflectio
 
 
 def load_reflection_config(path: str | Path) -> ReflectionConfig:
-    return parse_reflection_config(read_config_yaml(path), str(path))
+    """The config at ``path``; a tracker whose package is missing is refused here, before any
+    stage spends minutes on work it could not report."""
+    cfg = parse_reflection_config(read_config_yaml(path), str(path))
+    if missing := missing_packages(cfg.tracking):
+        raise ConfigError(f"{path}: " + "; ".join(missing))
+    return cfg

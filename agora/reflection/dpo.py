@@ -30,6 +30,7 @@ from agora.reflection.training import (
     trainer_args,
 )
 from agora.serving.model_folders import resolve_model
+from agora.train.tracking import trl_tracking
 
 
 def train_dpo(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict[str, dict]:
@@ -74,8 +75,10 @@ def _train_role(cfg: ReflectionConfig, role: str, pairs: list[PreferencePair],
                               for p in pairs])
     history: list[dict] = []
     started = time.monotonic()
-    with scratch_dir() as scratch, torch_threads(cfg.dpo.threads):
-        args = DPOConfig(**trainer_args(cfg.dpo, scratch, cfg.seed, placement), beta=cfg.dpo.beta)
+    tracked = trl_tracking(cfg.tracking, cfg.run_dir / "tensorboard" / "dpo")
+    with scratch_dir() as scratch, torch_threads(cfg.dpo.threads), tracked as report_to:
+        args = DPOConfig(**trainer_args(cfg.dpo, scratch, cfg.seed, placement, report_to),
+                         beta=cfg.dpo.beta)
         trainer = DPOTrainer(model=model, args=args, train_dataset=data,
                              processing_class=tokenizer,
                              callbacks=[log_callback(log, history, f"dpo {role}")])

@@ -36,6 +36,7 @@ from agora.reflection.training import (
     trainer_args,
 )
 from agora.serving.model_folders import resolve_model
+from agora.train.tracking import trl_tracking
 
 
 def _assistant(text: str) -> list[dict[str, str]]:
@@ -110,8 +111,9 @@ def _train_role(cfg: ReflectionConfig, role: str, examples: list[SFTExample],
     data = Dataset.from_list([{"prompt": e.prompt, "completion": e.completion} for e in examples])
     history: list[dict] = []
     started = time.monotonic()
-    with scratch_dir() as scratch, torch_threads(cfg.sft.threads):
-        args = SFTConfig(**trainer_args(cfg.sft, scratch, cfg.seed, placement),
+    tracked = trl_tracking(cfg.tracking, cfg.run_dir / "tensorboard" / f"sft-{role}")
+    with scratch_dir() as scratch, torch_threads(cfg.sft.threads), tracked as report_to:
+        args = SFTConfig(**trainer_args(cfg.sft, scratch, cfg.seed, placement, report_to),
                          completion_only_loss=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=data,
                              processing_class=tokenizer, peft_config=lora_config(cfg.role(role)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,7 +69,9 @@ def trainer_args(stage: TrainStageConfig, out: Path, seed: int, placement: Place
         "save_strategy": "no",
         "eval_strategy": "no",
         "logging_steps": stage.logging_steps,
-        "disable_tqdm": True,
+        # A progress bar for a person at a terminal; logs (CI, agora up's log files) get the
+        # one line per logging step of log_callback instead.
+        "disable_tqdm": not sys.stderr.isatty(),
         "seed": seed,
         "dataloader_num_workers": 0,
     }

@@ -40,7 +40,7 @@ from agora.reflection.training import (
     trainer_args,
 )
 from agora.serving.model_folders import resolve_model
-from agora.train.tracking import trl_report_to
+from agora.train.tracking import trl_tracking
 
 MAX_SEED_SCAN = 100  # train-share tasks are found within a few seeds; this bounds a bad split
 
@@ -97,9 +97,9 @@ def train_support_sft(cfg: RunConfig, examples: list[dict], out: Path, stage: Tr
     model, tokenizer = load_base(resolve_model(model_name), placement)
     history: list[dict] = []
     started = time.monotonic()
-    with scratch_dir() as scratch, torch_threads(stage.threads):
-        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement,
-                                        trl_report_to(cfg.tracking)),
+    tracked = trl_tracking(cfg.tracking, out.parent / "tensorboard" / out.name)
+    with scratch_dir() as scratch, torch_threads(stage.threads), tracked as report_to:
+        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement, report_to),
                          completion_only_loss=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                              processing_class=tokenizer, peft_config=lora_config(agent),

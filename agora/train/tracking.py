@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +24,7 @@ log = logging.getLogger("agora.train.tracking")
 
 Backend = Literal["tensorboard", "trackio", "wandb", "mlflow"]
 # The package each backend imports, and how to install it.
+TB_DIR_ENV = "TENSORBOARD_LOGGING_DIR"  # read by transformers' TensorBoardCallback
 PACKAGES = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb",
             "mlflow": "mlflow"}
 
@@ -137,3 +140,20 @@ def _close(name: str, handle: Any) -> None:
 def trl_report_to(cfg: TrackingConfig) -> list[str] | str:
     """``TrainingArguments.report_to`` for the TRL stages: the same trackers, or none."""
     return list(cfg.report_to) or "none"
+
+
+@contextmanager
+def trl_tracking(cfg: TrackingConfig, log_dir: Path) -> Iterator[list[str] | str]:
+    """A TRL stage's ``report_to``, with TensorBoard's event files kept in ``log_dir``:
+    transformers' TensorBoard callback writes under the trainer's ``output_dir`` (our stages
+    use a scratch folder, deleted afterwards) unless ``TENSORBOARD_LOGGING_DIR`` names another."""
+    before = os.environ.get(TB_DIR_ENV)
+    if "tensorboard" in cfg.report_to:
+        os.environ[TB_DIR_ENV] = str(log_dir)
+    try:
+        yield trl_report_to(cfg)
+    finally:
+        if before is None:
+            os.environ.pop(TB_DIR_ENV, None)
+        else:
+            os.environ[TB_DIR_ENV] = before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from agora.algos.ppo import PPOLearner, TurnSample
@@ -17,6 +18,7 @@ from agora.reflection.config import TrainStageConfig
 from agora.serving.client import render_prompt
 from agora.stack.preflight import model_problems
 from agora.train.support_sft import oracle_examples, train_support_sft
+from agora.train.tracking import TrackingConfig
 from tests.stack_helpers import tiny_config
 
 runner = CliRunner()
@@ -79,8 +81,13 @@ def test_sft_adapter_imitates_the_oracle_starts_ppo_and_is_served(
     stage = TrainStageConfig(learning_rate=5e-3, epochs=30, batch_size=4, max_steps=40,
                              threads=2, max_length=512, logging_steps=5)
     out = tmp_path / "sft"
-    summary = train_support_sft(cfg, examples, out, stage, log=lambda _: None)
+    tracked = cfg.model_copy(update={"tracking": TrackingConfig(report_to=["tensorboard"])})
+    summary = train_support_sft(tracked, examples, out, stage, log=lambda _: None)
     assert summary["steps"] == 40 and summary["final_loss"] < summary["first_loss"]
+    # TRL's TensorBoard events outlive the stage's scratch folder, beside the adapter.
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "sft"))
+    events.Reload()
+    assert len(events.Scalars("train/loss")) == 40 // stage.logging_steps
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 8
 
     # PPO starts from it: the learner's first policy is the SFT adapter, not the base.
