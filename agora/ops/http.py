@@ -8,6 +8,8 @@ so it uses the body cap's idea in its proxy rather than this middleware.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -17,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agora.ops.metrics import instrument
 
-__all__ = ["BodyLimit", "add_validation_handler", "instrument"]
+__all__ = ["BodyLimit", "add_validation_handler", "app_on_first_access", "instrument"]
 
 
 class BodyLimit:
@@ -92,3 +94,20 @@ def add_validation_handler(app: FastAPI) -> None:
         errors = [{k: v for k, v in err.items() if k != "input"} for err in exc.errors()]
         detail = jsonable_encoder(errors, custom_encoder={Exception: str})
         return JSONResponse(status_code=422, content={"detail": detail})
+
+
+def app_on_first_access(module_globals: dict[str, Any],
+                        build: Callable[[], FastAPI]) -> Callable[[str], FastAPI]:
+    """A module ``__getattr__`` (PEP 562) that builds the service's ``app`` from the environment
+    the first time ``uvicorn services.<name>.app:app`` asks for it, and keeps it: the module
+    imports without side effects (tests call ``create_app(settings)``), and a bad variable
+    fails before the port is bound."""
+
+    def __getattr__(name: str) -> FastAPI:
+        if name != "app":
+            raise AttributeError(f"module {module_globals['__name__']!r} has no attribute {name!r}")
+        built = build()
+        module_globals["app"] = built
+        return built
+
+    return __getattr__

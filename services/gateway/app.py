@@ -44,6 +44,7 @@ from agora.gateway.runs import RunManager
 from agora.gateway.schemas import ModelRouter
 from agora.gateway.settings import GatewaySettings
 from agora.gateway.upstream import upstream_client
+from agora.ops.http import app_on_first_access
 from agora.ops.metrics import instrument
 
 CONFIG_ENV = "AGORA_CONFIG"
@@ -196,10 +197,4 @@ def app_from_env() -> FastAPI:
     return create_app(load_config(path), GatewaySettings.from_env())
 
 
-def __getattr__(name: str) -> FastAPI:
-    """Build ``app`` on first access (see the module docstring) and keep it."""
-    if name != "app":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    built = app_from_env()
-    globals()["app"] = built
-    return built
+__getattr__ = app_on_first_access(globals(), app_from_env)

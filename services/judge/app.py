@@ -26,7 +26,7 @@ from agora.judge.llm import LLMBackend
 from agora.judge.rubric_backend import RubricBackend
 from agora.judge.schemas import PairwiseRequest, PairwiseResponse, ScoreRequest, ScoreResponse
 from agora.judge.settings import JudgeSettings
-from agora.ops.http import BodyLimit, add_validation_handler, instrument
+from agora.ops.http import BodyLimit, add_validation_handler, app_on_first_access, instrument
 
 MAX_BODY_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0
@@ -97,10 +97,4 @@ def create_app(
     return app
 
 
-def __getattr__(name: str) -> FastAPI:
-    """Build ``app`` from the environment on first access (see the module docstring)."""
-    if name != "app":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    built = create_app()
-    globals()["app"] = built
-    return built
+__getattr__ = app_on_first_access(globals(), create_app)

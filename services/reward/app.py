@@ -20,7 +20,7 @@ from typing import Annotated
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agora.ops.http import add_validation_handler, instrument
+from agora.ops.http import add_validation_handler, app_on_first_access, instrument
 from agora.rewards.schemas import (
     AnyVerifyRequest,
     CodeVerifyResponse,
@@ -71,10 +71,4 @@ def create_app(settings: RewardSettings | None = None) -> FastAPI:
     return app
 
 
-def __getattr__(name: str) -> FastAPI:
-    """Build ``app`` from the environment on first access (see the module docstring)."""
-    if name != "app":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    built = create_app()
-    globals()["app"] = built
-    return built
+__getattr__ = app_on_first_access(globals(), create_app)
