@@ -152,6 +152,11 @@ ROLLOUT_DUPLICATES = Counter(
     "agora_rollout_duplicate_episodes_total",
     "redelivered tasks whose episode was already in the stream (skipped)",
 )
+# Counted by the trainer (agora/rollout/delivery.py), which sends them.
+ROLLOUT_RESENT = Counter(
+    "agora_rollout_resent_episodes_total",
+    "episodes the broker lost (a worker killed as it took the task), sent again",
+)
 ROLLOUT_RETRY_REASONS = ("unavailable", "error")
 ROLLOUT_RETRIES = Counter(
     "agora_rollout_retries_total",

@@ -9,6 +9,7 @@ entry is checkpointed, so a trainer killed mid-update re-reads its pending entri
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import redis
@@ -43,6 +44,17 @@ class RunKeys:
     @property
     def episodes_done(self) -> str:
         return f"agora:{self.run_id}:episodes_done"
+
+    @property
+    def sent(self) -> str:
+        """Hash: episode id -> what the trainer sent, until the episode is done or given up on
+        (agora/rollout/delivery.py sends the ones the broker lost again)."""
+        return f"agora:{self.run_id}:sent"
+
+    @property
+    def failed_ids(self) -> str:
+        """Set: the ids of the episodes given up on."""
+        return f"agora:{self.run_id}:failed_ids"
 
     @property
     def episodes_failed(self) -> str:
@@ -90,14 +102,39 @@ class EpisodeStream:
         )
         return bool(added)
 
-    def mark_failed(self) -> None:
+    def mark_failed(self, episode_id: str | None = None) -> None:
         """Count an episode given up on, so ``outstanding()`` stops waiting for it."""
-        self.r.incr(self.keys.episodes_failed)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.incr(self.keys.episodes_failed)
+        if episode_id is not None:
+            pipe.sadd(self.keys.failed_ids, episode_id)
+        pipe.execute()
 
     def has_episode(self, episode_id: str) -> bool:
         return bool(self.r.sismember(self.keys.episode_ids, episode_id))
 
     # --- trainer ---------------------------------------------------------------------------
+    def record_sent(self, episode_id: str, payload: dict, sends: int = 1) -> None:
+        self.r.hset(self.keys.sent, episode_id, json.dumps({"payload": payload, "sends": sends}))
+
+    def unfinished_sent(self) -> dict[str, dict]:
+        """The sent episodes that are neither in the stream nor given up on (the others are
+        forgotten here): episode id -> ``{"payload": ..., "sends": n}``."""
+        sent = self.r.hgetall(self.keys.sent)
+        if not sent:
+            return {}
+        ids = [_s(k) for k in sent]
+        pipe = self.r.pipeline(transaction=False)
+        for episode_id in ids:
+            pipe.sismember(self.keys.episode_ids, episode_id)
+            pipe.sismember(self.keys.failed_ids, episode_id)
+        flags = pipe.execute()
+        finished = [i for n, i in enumerate(ids) if flags[2 * n] or flags[2 * n + 1]]
+        if finished:
+            self.r.hdel(self.keys.sent, *finished)
+        return {i: json.loads(_s(v)) for i, v in zip(ids, sent.values(), strict=True)
+                if i not in finished}
+
     def ensure_group(self) -> None:
         try:
             self.r.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True)

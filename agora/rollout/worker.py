@@ -277,7 +277,7 @@ def play_episode(self, payload: dict) -> str:
         # Anything else may be transient too, but a poison task must not loop forever: retry a
         # few times, then count it as failed so the trainer stops waiting for it.
         if self.request.retries >= 3:
-            _stream(payload).mark_failed()
+            _stream(payload).mark_failed(payload.get("episode_id"))
             ROLLOUT_FAILURES.inc()
             log.error("episode %s failed for good: %r", payload.get("episode_id"), err)
             raise

@@ -234,7 +234,8 @@ class Stack:
         client = redis.Redis.from_url(self.redis_url)
         keys = RunKeys(self.run_id)
         client.delete(keys.stream, keys.episode_ids, keys.episodes_done, keys.episodes_enqueued,
-                      keys.episode_index, keys.episodes_failed, keys.state, keys.stats)
+                      keys.episode_index, keys.episodes_failed, keys.state, keys.stats,
+                      keys.sent, keys.failed_ids)
 
     def service(self, name: str) -> Service:
         for svc in self.services:

@@ -1,7 +1,8 @@
 """The training loop driver: enqueue episodes, consume them, update each agent, publish.
 
 One loop iteration (docs/architecture.md "The run's life", steps 1-3):
-1. keep ``queue_ahead`` rollout tasks outstanding on the Celery queue;
+1. keep ``queue_ahead`` rollout tasks outstanding on the Celery queue (and send again the ones
+   the broker lost: agora/rollout/delivery.py);
 2. read finished episodes from the run's stream (consumer group), drop turns more than
    ``max_staleness`` versions old, until every trainable agent has ``batch_turns`` turns;
 3. one PPO update per trainable agent (each its own model, critic and optimizer);
@@ -47,6 +48,7 @@ from agora.ops.metrics import (
     TRAINER_UPDATES,
     trainer_agent_gauges,
 )
+from agora.rollout.delivery import Delivery
 from agora.rollout.queue_metrics import RolloutQueueCollector
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.scoring import ENV_METRICS
@@ -132,6 +134,7 @@ class Trainer:
             live_weights={a.name: live_weights_dir(run_dir, a.name) for a in cfg.agents
                           if a.finetune == "full"})
         self.celery = make_celery(redis_url, cfg.workers.visibility_timeout)
+        self.delivery = Delivery(self.stream, self.celery, TASK_NAME, QUEUE)
         self.learners: dict[str, Lockstep] = {}  # each a PPOLearner behind its Lockstep
         self.versions: dict[str, int] = {}
         self.update_index = 0
@@ -287,6 +290,7 @@ class Trainer:
     def top_up_queue(self) -> None:
         """Keep ``queue_ahead`` episodes in flight or finished-but-unread, no more: episodes
         produced faster than the trainer reads them would only grow stale."""
+        self.delivery.resend_lost()
         ahead = self.cfg.workers.queue_ahead
         ready = len(self.backlog) + self.stream.undelivered(limit=ahead)
         want = ahead - self.stream.outstanding() - ready
@@ -295,7 +299,7 @@ class Trainer:
             task = self.rng.choice(self.tasks) if self.tasks else None
             payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url,
                                       task, self.snapshots.draw if self.snapshots else None)
-            self.celery.send_task(TASK_NAME, args=[payload], queue=QUEUE)
+            self.delivery.send(payload)
             self.r.incr(self.stream.keys.episodes_enqueued)
 
     def collect(self) -> Collected | None:
