@@ -152,8 +152,11 @@ def test_legal_only_hanabi_episodes_are_all_legal_and_train_at_ratio_one(
     assert all(t.choices and t.text.removeprefix("[") in t.choices for t in turns)
     assert all("illegal" not in r.results for r in records)
 
+    # Rewards spread over +-1: three random games often all score 0, and with all-zero rewards
+    # (and the zero-initialised critic) every advantage is 0, so nothing could move below.
     samples = [TurnSample(t.prompt_token_ids, t.completion_token_ids, t.behaviour_logprobs,
-                          t.reward, choices=t.choices) for t in turns]
+                          t.reward + (1.0 if i % 2 else -1.0), choices=t.choices)
+               for i, t in enumerate(turns)]
     stats = learner.update(samples)
     # Same weights as the ones that sampled: the masked ratio is 1 up to fp noise.
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-3)
@@ -165,6 +168,7 @@ def test_legal_only_hanabi_episodes_are_all_legal_and_train_at_ratio_one(
     assert all(torch.isfinite(p).all() for p in lora.values())
     again = learner.update(samples)
     assert math.isfinite(again["pg_loss"]) and again["entropy"] > 0.0
+    assert "nonfinite_steps_skipped" not in again
     moved = [not torch.equal(p, dict(learner.model.named_parameters())[n]) for n, p in lora.items()]
     assert any(moved)
     assert all(torch.isfinite(p).all() for p in learner.model.parameters())
