@@ -24,7 +24,7 @@ from agora.cli.keys import keys_app
 from agora.cli.reflection import reflect_app
 from agora.cli.verifier import verifier_app
 from agora.config.run import ConfigError, RunConfig, load_config
-from agora.rollout.scoring import ENV_METRICS
+from agora.envs.registry import ENV_METRICS
 from agora.rollout.stream import RunKeys
 from agora.stack.launcher import LaunchError, Stack, make_stack
 from agora.stack.procs import ServiceFailed

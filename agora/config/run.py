@@ -26,6 +26,13 @@ from pydantic import (
 
 from agora.algos.compute import DEVICE_PATTERN, ComputeConfig, refuse_bf16_field
 from agora.data.specs import TaskSpec
+from agora.envs.registry import (
+    CONTEXT_ENVS,
+    COOPERATIVE_GAMES,
+    ENV_VERIFIERS,
+    GAME_BOTS,
+    GAME_SEATS,
+)
 from agora.envs.support_options import SupportOptions
 from agora.stack.deployment import apply_services_override
 from agora.train.curriculum.settings import CurriculumConfig, fit_problem
@@ -204,20 +211,6 @@ class PoolConfig(_Strict):
     max_snapshots: int = Field(8, ge=1, le=64)
     sampling: Literal["latest", "uniform", "recency"] = "latest"
     latest_prob: float = Field(0.5, ge=0.0, le=1.0)
-
-
-# Environments whose seats may be scripted context agents (``context:<name>``), and their sizes.
-CONTEXT_ENVS = ("negotiation", "story", "code_debug", "support")
-# Scripted bots that can fill the other seats of each game (agora/agents/bots.py), as opponents in
-# training ("environment.opponents") and in evaluation ("eval.opponents").
-GAME_BOTS: dict[str, tuple[str, ...]] = {
-    "tictactoe": ("random", "minimax"),
-    "hanabi": ("hanabi_random", "hanabi_simple"),
-}
-# Player counts of the games that allow several.
-GAME_SEATS: dict[str, tuple[int, int]] = {"tictactoe": (2, 2), "hanabi": (2, 5)}
-# Games the whole table wins or loses together, with a running team score (reward.team_credit).
-COOPERATIVE_GAMES = ("hanabi",)
 
 
 class EnvironmentConfig(_Strict):
@@ -743,18 +736,6 @@ class RunConfig(_Strict):
     def service_url(self, name: str) -> str:
         """``http://host:port`` of service ``name`` (a key of all_ports())."""
         return f"http://{self.service_host(name)}:{self.all_ports()[name]}"
-
-
-# Which reward.verifier values score each environment (the first is the default; an env not
-# listed is a game, scored by replaying it).
-ENV_VERIFIERS: dict[str, tuple[str, ...]] = {
-    "tictactoe": ("game_outcome",),
-    "discussion": ("math", "nli"),
-    "negotiation": ("deal",),
-    "story": ("judge",),
-    "code_debug": ("code_tests",),
-    "support": ("tool_task",),
-}
 
 
 def _check_full_weights(cfg: RunConfig, agent: AgentConfig) -> None:

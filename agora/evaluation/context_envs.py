@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 
 from agora.config.run import CONTEXT_PREFIX
+from agora.envs.registry import ENV_METRICS
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import mean_interval, rate
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player, run_episode
-from agora.rollout.scoring import ENV_METRICS, JudgeUnavailable, post_json, score_episode
+from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import build_env, make_context_seat
 
 BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}

@@ -39,6 +39,7 @@ from agora.config.run import GAME_BOTS, RunConfig, SamplingConfig
 from agora.envs import TurnBasedEnv, make_env
 from agora.envs.base import legal_completions
 from agora.envs.discussion import Discussion, DiscussionTask
+from agora.envs.registry import SPECS
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.proxy import parse_json_object, post_json
 from agora.gateway.schemas import ModelRouter, Route
@@ -47,15 +48,13 @@ from agora.serving.requests import chat_request
 USER = "user"
 BOT_PREFIX = "bot:"
 PlayableEnv = Literal["tictactoe", "hanabi", "discussion"]
-SEAT_COUNTS: dict[str, tuple[int, int]] = {"tictactoe": (2, 2), "hanabi": (2, 5),
-                                           "discussion": (1, 5)}
+SEAT_COUNTS: dict[str, tuple[int, int]] = {
+    s.name: s.seats for s in SPECS if s.play is not None and s.seats is not None}
 # How an agent plays an env its run did not train on: (prefill, sampling). For the run's own
 # env, the run config's prefill and the agent's sampling are used instead.
 DEFAULT_PLAY: dict[str, tuple[str, SamplingConfig]] = {
-    "tictactoe": ("[", SamplingConfig(max_tokens=6, stop=["]"])),
-    "hanabi": ("[", SamplingConfig(max_tokens=14, stop=["\n"])),
-    "discussion": ("", SamplingConfig(max_tokens=128, stop=["\n\n"])),
-}
+    s.name: (s.play.prefill, SamplingConfig(max_tokens=s.play.max_tokens, stop=list(s.play.stop)))
+    for s in SPECS if s.play is not None}
 MAX_TURNS_PER_REQUEST = 256  # a safety bound: every env here ends far sooner
 KEY = "agora:gateway:episode:{}"
 

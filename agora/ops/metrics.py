@@ -77,7 +77,7 @@ def instrument(app: FastAPI, service: str) -> None:
 # --- trainer ----------------------------------------------------------------------------------
 
 # Per-agent gauges ``agora_trainer_<name>{agent}``; the per-env ones (negotiation deal rate,
-# story judge score, ...) are added by the trainer from agora.rollout.scoring.ENV_METRICS.
+# story judge score, ...) are added by the trainer from agora.envs.registry.ENV_METRICS.
 TRAINER_AGENT_METRICS: dict[str, str] = {
     "reward_mean": "mean turn reward in the last update",
     "win_rate": "win rate over the last 100 games vs the random bot",
@@ -296,7 +296,7 @@ def serve_from_env(port_env: str = WORKER_METRICS_PORT_ENV,
 def exported_names() -> set[str]:
     """The name of every metric family agora exports (without the _total/_bucket/... suffixes
     Prometheus adds to samples), for checking dashboards against."""
-    from agora.rollout.scoring import ENV_METRICS  # lazily: it imports the envs
+    from agora.envs.registry import ENV_METRICS
 
     names = {m._name for m in globals().values() if isinstance(m, MetricWrapperBase)}
     trainer_keys = set(TRAINER_AGENT_METRICS)

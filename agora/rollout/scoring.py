@@ -50,35 +50,6 @@ from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.seating import build_env
 from agora.serving.client import RETRYABLE
 
-# Per env, the per-agent metrics its scorer reports (name -> what it is). The trainer shows the
-# mean over each agent's last 100 episodes in metrics.jsonl, Prometheus and the progress view.
-ENV_METRICS: dict[str, dict[str, str]] = {
-    "hanabi": {
-        "hanabi_score": "hanabi: the team's fireworks at the end, 0-25 (0-n after a forfeit)",
-    },
-    "negotiation": {
-        "deal_rate": "negotiation: share of episodes ending in a deal",
-        "utility": "negotiation: value of the agent's share over the whole pool's, 0 = no deal",
-        "coherence": "negotiation: judge's 0..1 score of the agent's messages",
-    },
-    "story": {
-        "judge_score": "story: judge's 0..1 score of the agent's paragraphs",
-        "story_score": "story: judge's 0..1 score of the whole story",
-        "preference": "story: judge's preference (0..1) for the agent's paragraph over the "
-                      "baseline writer's",
-    },
-    "code_debug": {
-        "pass_rate": "code_debug: share of hidden tests the agent's code passes",
-        "solved": "code_debug: share of episodes where the agent's code passes every test",
-        "bug_fixed": "code_debug (author): share of episodes with a bug that got fixed",
-    },
-    "support": {
-        "task_success": "support: share of episodes whose final answer is right",
-        "tool_accuracy": "support: share of the agent's tool calls that were well-formed, "
-                         "allowed, ran without error and used a tool the task needs",
-        "tool_calls": "support: tool calls the agent made per episode",
-    },
-}
 JUDGE_MIDPOINT = 0.5  # the 0..1 score a malformed verdict gets
 
 

@@ -166,7 +166,7 @@ def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0
     record.rewards = totals
     record.reward_parts = {a: RewardParts(verifier=v) for a, v in totals.items()}
     if "score" in record.info and record.env == "hanabi":
-        # The team's fireworks (0-25): the metric Hanabi is judged by (scoring.ENV_METRICS).
+        # The team's fireworks (0-25): the metric Hanabi is judged by (agora/envs/registry.py).
         record.info["metrics"] = {agent: {"hanabi_score": float(record.info["score"])}
                                   for agent in totals}
 

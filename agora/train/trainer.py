@@ -42,6 +42,7 @@ from agora.algos.distributed import DataParallel, Lockstep
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config.run import RunConfig
 from agora.data import Task, load_tasks
+from agora.envs.registry import ENV_METRICS
 from agora.ops.metrics import (
     TRAINER_EPISODES_CONSUMED,
     TRAINER_TURNS_DROPPED,
@@ -51,7 +52,6 @@ from agora.ops.metrics import (
 from agora.rollout.delivery import Delivery
 from agora.rollout.queue_metrics import RolloutQueueCollector
 from agora.rollout.records import EpisodeRecord
-from agora.rollout.scoring import ENV_METRICS
 from agora.rollout.stream import EpisodeStream
 from agora.rollout.worker import QUEUE, TASK_NAME, episode_payload, make_celery
 from agora.serving.adapter_keeper import AdapterKeeper
@@ -409,7 +409,7 @@ class Trainer:
                 elif seat < len(record.results):
                     self.recent[agent][record.opponent].append(record.results[seat] == "win")
             for agent, values in dict(record.info.get("metrics") or {}).items():
-                if agent in self.recent:  # env metrics (scoring.ENV_METRICS), per agent
+                if agent in self.recent:  # env metrics (agora/envs/registry.py), per agent
                     for key, value in values.items():
                         self.recent[agent]["metric:" + key].append(float(value))
         if self.snapshots is not None:
