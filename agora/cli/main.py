@@ -260,7 +260,7 @@ def demo(
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train for a bounded budget, then print a before/after table and query the gateway."""
-    from agora.config.run import GAME_BOTS
+    from agora.envs.registry import GAME_BOTS
     from agora.evaluation.matches import evaluate
     from agora.serving.client import PolicyAdmin
     from agora.serving.weights import adapter_dir

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agora.config.run import CONTEXT_PREFIX, GAME_BOTS
+from agora.config.run import CONTEXT_PREFIX
 from agora.data import TaskError, load_tasks
+from agora.envs.registry import GAME_BOTS
 from agora.evaluation import context_envs, discussion, games
 from agora.evaluation.context import EvalContext, open_http
 from agora.evaluation.curves import plot_training_curves

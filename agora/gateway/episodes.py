@@ -35,11 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from redis.exceptions import LockError
 
 from agora.agents.bots import make_bot
-from agora.config.run import GAME_BOTS, RunConfig, SamplingConfig
+from agora.config.run import RunConfig, SamplingConfig
 from agora.envs import TurnBasedEnv, make_env
 from agora.envs.base import legal_completions
 from agora.envs.discussion import Discussion, DiscussionTask
-from agora.envs.registry import SPECS
+from agora.envs.registry import GAME_BOTS, SPECS
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.proxy import parse_json_object, post_json
 from agora.gateway.schemas import ModelRouter, Route

@@ -54,7 +54,7 @@ def load_base(model_path: str, placement: Placement):  # -> (model, tokenizer)
 def trainer_args(stage: TrainStageConfig, out: Path, seed: int, placement: Placement,
                  report_to: list[str] | str = "none") -> dict[str, Any]:
     """The ``TrainingArguments`` fields SFTConfig and DPOConfig share, on ``placement``;
-    ``report_to``: TRL's own experiment trackers (agora/train/tracking.py ``trl_report_to``)."""
+    ``report_to``: TRL's own experiment trackers (agora/train/tracking.py ``trl_tracking``)."""
     return {
         "output_dir": str(out),
         "per_device_train_batch_size": stage.batch_size,
