@@ -16,7 +16,8 @@ from pathlib import Path
 
 from agora.algos import distributed
 from agora.config.run import load_config
-from agora.train.trainer import Trainer, run_follower
+from agora.train.learners import run_follower
+from agora.train.trainer import Trainer
 
 
 def torchrun_command(processes: int, argv: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from rich.console import Console
 
 from agora.cli.main import progress_table
-from agora.config.run import ConfigError
+from agora.config.base import ConfigError
 from agora.data import Task
 from agora.envs.tictactoe import MARKS, TicTacToe
 from agora.rollout.records import EpisodeRecord
@@ -36,7 +36,8 @@ from agora.train.curriculum.ladders import (
 from agora.train.curriculum.openings import OPENING_LEVELS, check_opening, opening, winning_cells
 from agora.train.curriculum.store import CurriculumStore
 from agora.train.curriculum.tracker import CurriculumTracker, success_of
-from agora.train.trainer import Collected, Trainer
+from agora.train.feed import Collected
+from agora.train.trainer import Trainer
 from tests.stack_helpers import tiny_config
 
 

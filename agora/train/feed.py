@@ -1,0 +1,131 @@
+"""The trainer's episode feed: keep rollout tasks queued ahead of the trainer, and read the
+finished episodes from the run's stream into one batch of turns per trainable agent.
+
+Apart from the loop because it is the trainer's whole contact with the rollout side: the Celery
+queue, the resends of tasks the broker lost (agora/rollout/delivery.py) and the stream's
+consumer group (agora/rollout/stream.py). The loop only asks it for the next batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import redis
+
+from agora.algos.ppo import TurnSample
+from agora.config.run import RunConfig
+from agora.data import Task, load_tasks
+from agora.ops.metrics import TRAINER_EPISODES_CONSUMED, TRAINER_TURNS_DROPPED
+from agora.rollout.delivery import Delivery
+from agora.rollout.records import EpisodeRecord
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import QUEUE, TASK_NAME, episode_payload, make_celery
+
+# The trainer's logger: these lines read in logs/trainer.log as they did inside the trainer.
+log = logging.getLogger("agora.train.trainer")
+
+
+@dataclass
+class Collected:
+    """One update's input: each trainable agent's turns, the stream entries they came from
+    (acked once a checkpoint holds their effect) and their episodes (reported)."""
+
+    turns: dict[str, list[TurnSample]]
+    entry_ids: list[str] = field(default_factory=list)
+    records: list[EpisodeRecord] = field(default_factory=list)
+    dropped_stale: int = 0
+
+
+class EpisodeFeed:
+    """Rank 0's end of one run's rollout queue and episode stream."""
+
+    def __init__(self, cfg: RunConfig, run_id: str, redis_url: str, r: redis.Redis,
+                 stream: EpisodeStream) -> None:
+        self.cfg = cfg
+        self.run_id = run_id
+        self.redis_url = redis_url
+        self.r = r
+        self.stream = stream
+        self.celery = make_celery(redis_url, cfg.workers.visibility_timeout)
+        self.delivery = Delivery(stream, self.celery, TASK_NAME, QUEUE)
+        # Entries already delivered to this trainer but in no batch yet: the rest of a read
+        # past a full batch, or (on --resume) what a killed trainer read but never checkpointed.
+        self.backlog: list[tuple[str, EpisodeRecord]] = []
+        self.rng = random.Random(cfg.seed)
+        self.tasks: list[Task] = []
+        # Draws a pool opponent for an episode (opponents: {pool: w}); set once the pool exists.
+        self.draw_snapshot: Callable[[random.Random], dict] | None = None
+
+    def load_training_tasks(self) -> None:
+        if self.cfg.environment.task is not None:
+            # Training draws from the train split only; evaluation uses the held-out test split.
+            self.tasks = load_tasks(self.cfg.environment.task, split="train")
+            log.info("loaded %d training tasks", len(self.tasks))
+
+    def reread_pending(self) -> int:
+        """On --resume: the entries delivered before the crash and never acked come first;
+        returns how many."""
+        self.backlog = self.stream.read_pending()
+        return len(self.backlog)
+
+    def top_up(self) -> None:
+        """Keep ``queue_ahead`` episodes in flight or finished-but-unread, no more: episodes
+        produced faster than the trainer reads them would only grow stale."""
+        self.delivery.resend_lost()
+        ahead = self.cfg.workers.queue_ahead
+        ready = len(self.backlog) + self.stream.undelivered(limit=ahead)
+        want = ahead - self.stream.outstanding() - ready
+        for _ in range(max(0, want)):
+            index = int(self.r.incr(self.stream.keys.episode_index))
+            task = self.rng.choice(self.tasks) if self.tasks else None
+            payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url,
+                                      task, self.draw_snapshot)
+            self.delivery.send(payload)
+            self.r.incr(self.stream.keys.episodes_enqueued)
+
+    def collect(self, versions: Mapping[str, int],
+                budget_spent: Callable[[], bool]) -> Collected | None:
+        """Read episodes until every trainable agent has a batch, dropping turns more than
+        ``max_staleness`` versions behind ``versions``; None if the budget ran out."""
+        trainable = [a.name for a in self.cfg.trainable_agents]
+        got = Collected(turns={a: [] for a in trainable})
+        ppo = self.cfg.ppo
+        while any(len(got.turns[a]) < ppo.batch_turns for a in trainable):
+            if budget_spent():
+                return None
+            self.top_up()
+            if self.backlog:
+                entries, self.backlog = self.backlog, []
+            else:
+                entries = self.stream.read_new(count=64, block_ms=1000)
+            for position, (entry_id, record) in enumerate(entries):
+                if all(len(got.turns[a]) >= ppo.batch_turns for a in trainable):
+                    # Batch full: keep the rest (already delivered to us, still pending in
+                    # the stream) for the next batch. Updates stay ``batch_turns`` big however
+                    # fast rollouts run, so the policy changes as often as the trainer can.
+                    self.backlog = entries[position:]
+                    break
+                got.entry_ids.append(entry_id)
+                got.records.append(record)
+                TRAINER_EPISODES_CONSUMED.inc()
+                for turn in record.turns:
+                    if turn.agent not in got.turns or not turn.completion_token_ids:
+                        continue
+                    age = versions[turn.agent] - (turn.policy_version or 0)
+                    if age > ppo.max_staleness:
+                        got.dropped_stale += 1
+                        TRAINER_TURNS_DROPPED.inc()
+                        continue
+                    got.turns[turn.agent].append(TurnSample(
+                        prompt_ids=turn.prompt_token_ids,
+                        completion_ids=turn.completion_token_ids,
+                        behaviour_logprobs=turn.behaviour_logprobs,
+                        reward=turn.reward,
+                        version=turn.policy_version or 0,
+                        role=turn.role,
+                        choices=turn.choices,
+                    ))
+        return got
