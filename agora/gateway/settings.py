@@ -17,65 +17,65 @@ config, so the same image runs in the embedded stack, compose and k8s).
 
 The launcher sets ``AGORA_CONFIG``, ``AGORA_REDIS_URL``, ``AGORA_RUN_ID`` and ``AGORA_RUN_DIR``.
 Without Redis the gateway still proxies chat completions; the routes that need state answer
-503 naming the variable.
+503 naming the variable. ``AGORA_CONFIG`` is read here but required by the server only
+(services/gateway/app.py), so a container's environment can be checked without the file.
+
+An empty variable counts as unset; a bad one stops the gateway with a ConfigError naming it
+(agora/stack/envvars.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from agora.config.run import ConfigError
-from agora.stack.envvars import EnvReader
+from pydantic import AliasChoices, BeforeValidator, Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from agora.stack.envvars import EnvSettings
 
 PREFIX = "AGORA_GATEWAY_"
+CONFIG_ENV = "AGORA_CONFIG"
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
+_TRUE = ("1", "true", "yes")
+_FALSE = ("0", "false", "no")
 
-@dataclass(frozen=True)
-class GatewaySettings:
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    require_keys: bool = False
-    default_rate: int | None = None
-    key_pepper: str = ""
-    episode_ttl_s: int = 3600
+
+def _flag(value: object) -> object:
+    """``0``/``1`` (also ``true``/``false``, ``yes``/``no``); nothing looser, as a typo in a
+    security switch must stop the gateway rather than read as false."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE + _FALSE:
+            return word in _TRUE
+        raise ValueError("must be 0 or 1")
+    return value
+
+
+class GatewaySettings(EnvSettings):
+    """The gateway's settings: ``GatewaySettings.from_env()`` (or keyword arguments)."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX)
+
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
+    require_keys: Annotated[bool, BeforeValidator(_flag)] = False
+    default_rate: int | None = Field(None, ge=1)
+    key_pepper: str = Field("", repr=False)
+    episode_ttl_s: int = Field(3600, ge=1)
     runs_dir: Path = Path("runs")
     stop_grace_s: float = 60.0
-    redis_url: str | None = None
-    run_id: str | None = None
-    run_dir: Path | None = None
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("AGORA_REDIS_URL",
+                                                                      "REDIS_URL"))
+    run_id: str | None = Field(None, validation_alias="AGORA_RUN_ID")
+    run_dir: Path | None = Field(None, validation_alias="AGORA_RUN_DIR")
+    config: Path | None = Field(None, validation_alias=CONFIG_ENV)
 
-    def __post_init__(self) -> None:
-        if self.timeout_s <= 0 or self.max_body_bytes < 1 or self.episode_ttl_s < 1:
-            raise ConfigError(f"{PREFIX}TIMEOUT_S, MAX_BODY_BYTES and EPISODE_TTL_S must be > 0")
-        if self.default_rate is not None and self.default_rate < 1:
-            raise ConfigError(f"{PREFIX}DEFAULT_RATE must be >= 1 request per minute")
+    @model_validator(mode="after")
+    def _keys_need_redis(self) -> GatewaySettings:
         if self.require_keys and not self.redis_url:
-            raise ConfigError(f"{PREFIX}REQUIRE_KEYS=1 needs Redis (AGORA_REDIS_URL or "
-                              "REDIS_URL), where the keys are stored")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
-        read = EnvReader(PREFIX, env)
-
-        flag = (read.get("REQUIRE_KEYS") or "0").lower()
-        if flag not in ("0", "1", "true", "false", "yes", "no"):
-            raise ConfigError(f"{PREFIX}REQUIRE_KEYS must be 0 or 1, not '{flag}'")
-        rate = read.number("DEFAULT_RATE", int, None)
-        run_dir = read.raw("AGORA_RUN_DIR")
-        return cls(
-            timeout_s=float(read.number("TIMEOUT_S", float, DEFAULT_TIMEOUT_S)),
-            max_body_bytes=int(read.number("MAX_BODY_BYTES", int, DEFAULT_MAX_BODY_BYTES)),
-            require_keys=flag in ("1", "true", "yes"),
-            default_rate=None if rate is None else int(rate),
-            key_pepper=read.get("KEY_PEPPER") or "",
-            episode_ttl_s=int(read.number("EPISODE_TTL_S", int, 3600)),
-            runs_dir=Path(read.get("RUNS_DIR") or "runs"),
-            stop_grace_s=float(read.number("STOP_GRACE_S", float, 60.0)),
-            redis_url=read.raw("AGORA_REDIS_URL") or read.raw("REDIS_URL"),
-            run_id=read.raw("AGORA_RUN_ID"),
-            run_dir=Path(run_dir) if run_dir else None,
-        )
+            raise ValueError(f"{PREFIX}REQUIRE_KEYS=1 needs Redis (AGORA_REDIS_URL or "
+                             "REDIS_URL), where the keys are stored")
+        return self

@@ -9,7 +9,7 @@ easy to rename without noticing a dashboard went blank. The processes that expor
 - reward: ``agora_verifications_total``, ``agora_learned_scores_total``;
 - judge: ``agora_judge_*`` (requests, cache hits/misses, position bias, malformed verdicts);
 - rollout workers (Celery): ``agora_rollout_*`` counters and the episode-time histogram, served
-  on ``AGORA_WORKER_METRICS_PORT`` by each worker (``serve_from_env``);
+  on ``AGORA_WORKER_METRICS_PORT`` by each worker (``serve_metrics``);
 - trainer: ``agora_trainer_*`` per agent, and, read from Redis at scrape time, the Celery queue
   depth and the episodes in flight (``agora.rollout.queue_metrics``);
 - the policy server is vLLM: its own ``vllm:*`` metrics.
@@ -21,7 +21,6 @@ panel shows 0, not "no data", before the first event (e.g. no failure yet).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 
@@ -264,23 +263,15 @@ GATEWAY_RATE_LIMITED = Counter(
 # --- serving a process's metrics ------------------------------------------------------------
 
 
-def serve_from_env(port_env: str = WORKER_METRICS_PORT_ENV,
-                   addr_env: str = WORKER_METRICS_ADDR_ENV) -> int | None:
-    """Serve this process's metrics on the port named by ``port_env`` (unset: don't), for
-    processes that are not HTTP services (Celery workers). Returns the port served.
+def serve_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:
+    """Serve this process's metrics on ``port`` (None: don't), for processes that are not HTTP
+    services (Celery workers: agora/rollout/settings.py reads their port). Returns the port.
 
     A taken port is logged, not raised: a worker's job is rollouts, and it must not stop
     playing episodes because its metrics side channel cannot bind.
     """
-    raw = os.environ.get(port_env, "").strip()
-    if not raw:
+    if port is None:
         return None
-    try:
-        port = int(raw)
-    except ValueError:
-        log.error("%s=%r is not a port number; serving no metrics", port_env, raw)
-        return None
-    addr = os.environ.get(addr_env, "0.0.0.0")
     try:
         start_http_server(port, addr=addr)
     except OSError as err:

@@ -10,36 +10,35 @@ embedded stack, compose and k8s).
 The learned verifier is loaded once, in the background at start-up (``/health`` is up at once;
 the first scoring request waits for it). Unset: ``/v1/score`` and non-rule modes answer 422
 naming the variable (503 if it is set but failed to load).
+
+An empty variable counts as unset; a bad one stops the service with a ConfigError naming it
+(agora/stack/envvars.py).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from agora.config.run import ConfigError
-from agora.stack.envvars import EnvReader
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from agora.stack.envvars import EnvSettings
 
 
-@dataclass(frozen=True)
-class RewardSettings:
+class RewardSettings(EnvSettings):
+    """The reward service's settings: ``RewardSettings.from_env()`` (or keyword arguments)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGORA_REWARD_")
+
     model: str | None = None
     blend: float = 0.5
-    sandbox_concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
+    sandbox_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1,
+                                     validation_alias="AGORA_SANDBOX_CONCURRENCY")
 
-    def __post_init__(self) -> None:
-        # A bad blend must stop the service, not turn every blended reward into NaN.
-        if not 0.0 <= self.blend <= 1.0:  # NaN fails this too
-            raise ConfigError(f"AGORA_REWARD_BLEND must be a number in [0, 1], got {self.blend}")
-        if self.sandbox_concurrency < 1:
-            raise ConfigError("AGORA_SANDBOX_CONCURRENCY must be at least 1, got "
-                              f"{self.sandbox_concurrency}")
-
+    @field_validator("blend")
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RewardSettings:
-        read = EnvReader("AGORA_", env)
-        return cls(model=read.get("REWARD_MODEL"),
-                   blend=float(read.number("REWARD_BLEND", float, 0.5)),
-                   sandbox_concurrency=int(read.number("SANDBOX_CONCURRENCY", int,
-                                                      os.cpu_count() or 1)))
+    def _blend_is_a_weight(cls, blend: float) -> float:
+        # A bad blend must stop the service, not turn every blended reward into NaN.
+        if not 0.0 <= blend <= 1.0:  # NaN fails this too
+            raise ValueError("must be a number in [0, 1]")
+        return blend

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,7 +30,9 @@ import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agora.config.run import AgentConfig, ConfigError, RunConfig, load_config
+from agora.config.agents import AgentConfig
+from agora.config.base import ConfigError
+from agora.config.run import RunConfig, load_config
 from agora.gateway.agents import agents_view
 from agora.gateway.auth import Authorizer
 from agora.gateway.episodes import EpisodeService
@@ -42,12 +42,11 @@ from agora.gateway.proxy import forward, forward_stream, parse_chat_body, read_b
 from agora.gateway.run_context import RunContext
 from agora.gateway.runs import RunManager
 from agora.gateway.schemas import ModelRouter
-from agora.gateway.settings import GatewaySettings
+from agora.gateway.settings import CONFIG_ENV, GatewaySettings
 from agora.gateway.upstream import upstream_client
 from agora.ops.http import app_on_first_access
 from agora.ops.metrics import instrument
 
-CONFIG_ENV = "AGORA_CONFIG"
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -73,9 +72,9 @@ def create_app(cfg: RunConfig, settings: GatewaySettings | None = None,
     """The gateway for one run config. ``settings.timeout_s`` bounds each upstream read (a
     generation longer than this answers 504); connecting gets a short budget so a dead server
     is a fast 502."""
-    settings = settings or GatewaySettings()
+    settings = settings or GatewaySettings.from_env({})  # the defaults: app_from_env reads env
     if timeout_s is not None:
-        settings = dataclasses.replace(settings, timeout_s=timeout_s)
+        settings = GatewaySettings(**{**settings.model_dump(), "timeout_s": timeout_s})
     redis = (aioredis.from_url(settings.redis_url, decode_responses=True)
              if settings.redis_url else None)
     run = RunContext(settings.run_id, settings.run_dir, redis)
@@ -188,13 +187,13 @@ def create_app(cfg: RunConfig, settings: GatewaySettings | None = None,
 
 
 def app_from_env() -> FastAPI:
-    path = os.environ.get(CONFIG_ENV)
-    if not path:
+    settings = GatewaySettings.from_env()
+    if settings.config is None:
         raise ConfigError(
             f"{CONFIG_ENV} is not set: point it at the run config YAML, e.g. "
             f"{CONFIG_ENV}=configs/tictactoe_selfplay.yaml uvicorn services.gateway.app:app"
         )
-    return create_app(load_config(path), GatewaySettings.from_env())
+    return create_app(load_config(settings.config), settings)
 
 
 __getattr__ = app_on_first_access(globals(), app_from_env)

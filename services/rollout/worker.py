@@ -9,10 +9,10 @@ launcher and the Dockerfile start it): prefork children would count in registrie
 
 from celery.signals import worker_init
 
-from agora.ops.metrics import serve_from_env
+from agora.rollout.settings import serve_worker_metrics
 from agora.rollout.worker import celery_app as app  # noqa: F401  (celery -A looks for `app`)
 
 
 @worker_init.connect
 def _serve_metrics(**_kwargs) -> None:
-    serve_from_env()
+    serve_worker_metrics()

@@ -12,14 +12,17 @@ import time
 import uuid
 
 import httpx
+import pytest
 import redis
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
+from agora.config.base import ConfigError
 from agora.ops.dashboards import DASHBOARD_DIR, DASHBOARDS, render
-from agora.ops.metrics import WORKER_METRICS_PORT_ENV, exported_names, serve_from_env
+from agora.ops.metrics import WORKER_METRICS_PORT_ENV, exported_names
 from agora.ops.prometheus import dump, render_compose, render_embedded
 from agora.rollout.queue_metrics import RolloutQueueCollector, queue_depth, queue_keys
+from agora.rollout.settings import serve_worker_metrics
 from agora.rollout.stream import EpisodeStream
 from agora.rollout.worker import QUEUE, TASK_NAME, make_celery
 from agora.stack.launcher import make_stack
@@ -157,7 +160,7 @@ def test_worker_metrics_server_serves_rollout_counters_and_survives_a_taken_port
     port = free_port()
     monkeypatch.setenv(WORKER_METRICS_PORT_ENV, str(port))
     monkeypatch.setenv("AGORA_WORKER_METRICS_ADDR", "127.0.0.1")
-    assert serve_from_env() == port
+    assert serve_worker_metrics() == port
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert 'agora_rollout_retries_total{reason="unavailable"} 0.0' in text
     assert "agora_rollout_failures_total 0.0" in text
@@ -166,9 +169,12 @@ def test_worker_metrics_server_serves_rollout_counters_and_survives_a_taken_port
         holder.bind(("127.0.0.1", free_port()))
         holder.listen()
         monkeypatch.setenv(WORKER_METRICS_PORT_ENV, str(holder.getsockname()[1]))
-        assert serve_from_env() is None
+        assert serve_worker_metrics() is None
     monkeypatch.setenv(WORKER_METRICS_PORT_ENV, "")
-    assert serve_from_env() is None
+    assert serve_worker_metrics() is None
+    monkeypatch.setenv(WORKER_METRICS_PORT_ENV, "eighty")  # a typo is named, not ignored
+    with pytest.raises(ConfigError, match="AGORA_WORKER_METRICS_PORT must be a number"):
+        serve_worker_metrics()
 
 
 def test_queue_collector_counts_the_celery_queue_and_skips_a_dead_redis(redis_url):
