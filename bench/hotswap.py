@@ -17,7 +17,8 @@ import torch
 from results import append_section
 
 from agora.algos.ppo import PPOLearner
-from agora.config.run import AgentConfig, BaseModelConfig, PPOConfig, SamplingConfig
+from agora.config.agents import AgentConfig, BaseModelConfig, SamplingConfig
+from agora.config.training import PPOConfig
 from agora.serving.client import PolicyAdmin, PolicyClient
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import vllm_command, vllm_env

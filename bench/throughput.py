@@ -21,7 +21,7 @@ import redis
 from results import append_section
 
 from agora.config.run import parse_config
-from agora.envs import make_env
+from agora.envs.registry import make_env
 from agora.rollout.runner import run_episode
 from agora.rollout.stream import EpisodeStream
 from agora.rollout.worker import (

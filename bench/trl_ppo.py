@@ -63,7 +63,9 @@ from results import ROOT, append_section, markdown_table
 
 from agora.algos.compute import ComputeConfig, Placement
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config.run import AgentConfig, PPOConfig, load_config
+from agora.config.agents import AgentConfig
+from agora.config.run import load_config
+from agora.config.training import PPOConfig
 from agora.serving.model_folders import resolve_model
 
 LEGACY_TRL = "1.12.0"  # the last TRL release with trl.experimental.ppo

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agora.config.run import BaseModelConfig
+from agora.config.agents import BaseModelConfig
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
 from agora.serving.vllm_server import vllm_service
 from agora.stack.procs import Service, free_port, http_ok

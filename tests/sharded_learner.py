@@ -17,7 +17,8 @@ from pathlib import Path
 from agora.algos import distributed
 from agora.algos.compute import ComputeConfig, resolve
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config.run import AgentConfig, PPOConfig
+from agora.config.agents import AgentConfig
+from agora.config.training import PPOConfig
 from tests.integration.test_ppo_device import _turns
 
 # (name, PPO fields): several minibatches and epochs with a KL term and per-role whitening

@@ -164,18 +164,3 @@ class HanabiSimpleBot:
 def _oldest_unhinted(hints: list) -> int | None:
     return next((i for i, (color, rank) in enumerate(hints) if color is None and rank is None),
                 None)
-
-
-BOTS: dict[str, type] = {
-    "random": RandomBot,
-    "minimax": MinimaxBot,
-    "hanabi_random": HanabiRandomBot,
-    "hanabi_simple": HanabiSimpleBot,
-}
-
-
-def make_bot(name: str) -> Bot:
-    try:
-        return BOTS[name]()
-    except KeyError:
-        raise ValueError(f"unknown bot '{name}'; known: {sorted(BOTS)}") from None

@@ -63,7 +63,8 @@ from agora.algos.advantages import gae, whiten_by_group
 from agora.algos.batch import Batch, TurnSample, collate
 from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.algos.distributed import DataParallel
-from agora.config.run import AgentConfig, PPOConfig
+from agora.config.agents import AgentConfig
+from agora.config.training import PPOConfig
 
 __all__ = ["PPOLearner", "TurnSample", "ValueHead", "collate"]
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agora.config.run import ConfigError
+from agora.config.base import ConfigError
 from agora.reflection.config import STAGES, ReflectionConfig, load_reflection_config
 
 reflect_app = typer.Typer(
@@ -33,6 +33,8 @@ reflect_app = typer.Typer(
 )
 console = Console()
 CONFIG_ARG = typer.Argument(..., help="reflection config YAML")
+SET_OPTION = typer.Option(None, "--set",
+                          help="override a config field, KEY.PATH=VALUE (YAML value; repeatable)")
 
 
 def _log(message: str) -> None:
@@ -60,9 +62,9 @@ def _failures() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def _config(path: Path) -> ReflectionConfig:
+def _config(path: Path, overrides: list[str] | None = None) -> ReflectionConfig:
     with _failures():
-        return load_reflection_config(path)
+        return load_reflection_config(path, overrides or ())
 
 
 def _with_server(cfg: ReflectionConfig, job: Callable[[str], object]) -> object:
@@ -80,14 +82,14 @@ def _save_report(cfg: ReflectionConfig, name: str, report: dict) -> Path:
 
 
 @reflect_app.command("oracle")
-def oracle_cmd(config: Path = CONFIG_ARG) -> None:
+def oracle_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
     """(a) Oracle data: actor answers, oracle critiques and refines -> <run>/oracle.jsonl.
 
     Every answer and refinement is checked against the ground truth here, once."""
     from agora.reflection.clients import oracle_api_key
     from agora.reflection.oracle import ORACLE_FILE, collect_oracle_data
 
-    cfg = _config(config)
+    cfg = _config(config, overrides)
     with _failures():
         oracle_api_key(cfg.oracle.api_key_env)  # before a server starts, not after
         started = time.monotonic()
@@ -113,13 +115,13 @@ def _training_table(title: str, report: dict) -> Table:
 
 
 @reflect_app.command("sft")
-def sft_cmd(config: Path = CONFIG_ARG) -> None:
+def sft_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
     """(b) SFT of the actor and critic LoRA adapters -> <run>/sft/{actor,critic}.
 
     TRL's SFTTrainer, on the oracle texts the ground truth vouches for."""
     from agora.reflection.sft import train_sft
 
-    cfg = _config(config)
+    cfg = _config(config, overrides)
     with _failures():
         report = train_sft(cfg, _log)
     _save_report(cfg, "sft", report)
@@ -127,13 +129,13 @@ def sft_cmd(config: Path = CONFIG_ARG) -> None:
 
 
 @reflect_app.command("pairs")
-def pairs_cmd(config: Path = CONFIG_ARG) -> None:
+def pairs_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
     """(c) Preference pairs, no inference -> <run>/pairs/{actor,critic}.jsonl.
 
     First and refined answers compared with the ground truth (rules: agora/reflection/pairs.py)."""
     from agora.reflection.pairs import write_pairs
 
-    cfg = _config(config)
+    cfg = _config(config, overrides)
     with _failures():
         counts = write_pairs(cfg)
     _save_report(cfg, "pairs", counts)
@@ -149,13 +151,13 @@ def pairs_cmd(config: Path = CONFIG_ARG) -> None:
 
 
 @reflect_app.command("dpo")
-def dpo_cmd(config: Path = CONFIG_ARG) -> None:
+def dpo_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
     """(d) DPO of both adapters from SFT -> <run>/dpo/{actor,critic}.
 
     TRL's DPOTrainer; the reference policy is the SFT adapter."""
     from agora.reflection.dpo import train_dpo
 
-    cfg = _config(config)
+    cfg = _config(config, overrides)
     with _failures():
         report = train_dpo(cfg, _log)
     _save_report(cfg, "dpo", report)
@@ -185,6 +187,7 @@ def metrics_line(r: dict) -> str:
 def eval_cmd(
     config: Path = CONFIG_ARG,
     stage: str = typer.Option("dpo", help="base (no adapters), sft or dpo"),
+    overrides: list[str] = SET_OPTION,
 ) -> None:
     """(e) Evaluate: pass1@turn1, maj1@turn5, pass1@turn5 -> <run>/eval/<stage>.json.
 
@@ -193,7 +196,7 @@ def eval_cmd(
     from agora.reflection.evaluate import evaluate_stage
     from agora.reflection.server import require_adapters
 
-    cfg = _config(config)
+    cfg = _config(config, overrides)
     if stage not in STAGES:
         console.print("[bold red]error[/]: " + escape(f"--stage must be one of {list(STAGES)}, "
                                                       f"not {stage!r}"), soft_wrap=True)
@@ -207,7 +210,7 @@ def eval_cmd(
 
 
 @reflect_app.command("all")
-def all_cmd(config: Path = CONFIG_ARG) -> None:
+def all_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
     """Every stage (eval base, oracle, sft, pairs, dpo, eval sft, eval dpo), one server.
 
     Prints the metrics of the three stages and the wall time of each step."""
@@ -217,7 +220,7 @@ def all_cmd(config: Path = CONFIG_ARG) -> None:
     from agora.reflection.pairs import write_pairs
     from agora.reflection.sft import train_sft
 
-    cfg = _config(config)
+    cfg = _config(config, overrides)
     walls: dict[str, float] = {}
 
     def timed(name: str, job: Callable[[], object]) -> object:

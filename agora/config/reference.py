@@ -21,7 +21,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from agora.config.environment import EnvironmentConfig, environment_json_schema
 from agora.config.run import RunConfig
+from agora.envs.registry import BUILTIN
 
 
 def field_comments(model: type[BaseModel]) -> dict[str, str]:
@@ -122,9 +124,18 @@ def render() -> str:
                 if typing.get_origin(field.annotation) is dict:
                     suffix = ".*"
                 queue.append((f"{path}.{name}{suffix}".lstrip("."), sub, len(subs) > 1))
+        if model is EnvironmentConfig:  # + each built-in env's own section, named after it
+            queue += [(f"{path}.{spec.name}", spec.options, False) for spec in BUILTIN
+                      if spec.options is not None]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
 def schema() -> str:
-    return json.dumps(RunConfig.model_json_schema(), indent=2)
+    """RunConfig's JSON schema, its ``environment`` the union over the registered envs."""
+    full = RunConfig.model_json_schema()
+    union = environment_json_schema()
+    for variant in union["oneOf"]:  # their shared sections, once, under the run's $defs
+        full["$defs"].update(variant.pop("$defs", {}))
+    full["properties"]["environment"] = union
+    return json.dumps(full, indent=2)

@@ -26,7 +26,10 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import Field, field_validator
+
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.spec import EnvOptions, EnvSpec
 from agora.rewards.verifiers.code import CodeVerdict, extract_code, verify_code
 from agora.sandbox.runner import SandboxLimits
 
@@ -400,3 +403,45 @@ def debug_scores(info: dict, author: CodeVerdict, fixer: CodeVerdict) -> dict[st
         "fixer_improvement": float(f["pass_rate"]) - float(a["pass_rate"]),
         "rewards": rewards,
     }
+
+
+class CodeDebugOptions(EnvOptions):
+    """``environment.name: code_debug`` (agora/envs/code_debug.py): hidden tests decide, run by
+    the reward service in its sandbox. ``pair``: seat 0 writes the (buggy) code, seat 1 fixes
+    it; ``fixer``: one seat fixes the problem's known-buggy code. Rewards as in
+    ``score_debug``: the fixer gets its code's test pass rate, the author 0.5 + 0.5 x its own
+    pass rate if its bug got fixed (else 0); an illegal turn (code that does not parse or
+    define the function) also gets ``environment.illegal_move_penalty``."""
+
+    mode: Literal["pair", "fixer"] = "pair"
+    problem_id: str | None = Field(None, description="pin one problem; default: one per seed")
+    author_plants_bug: bool = True
+    cpu_seconds: int = Field(2, ge=1, le=30, description="sandbox CPU limit per program")
+    wall_seconds: float = Field(8.0, gt=0.0, le=60.0, description="sandbox wall-clock limit")
+
+    @field_validator("problem_id")
+    @classmethod
+    def _known_problem(cls, problem_id: str | None) -> str | None:
+        from agora.envs.code_debug import PROBLEMS_BY_ID
+
+        if problem_id is not None and problem_id not in PROBLEMS_BY_ID:
+            raise ValueError(f"unknown problem '{problem_id}'; known: {sorted(PROBLEMS_BY_ID)}")
+        return problem_id
+
+
+def build(section, payload: dict) -> CodeDebug:
+    opts = section.code_debug
+    return CodeDebug(mode=opts.mode, problem_id=opts.problem_id,
+                     author_plants_bug=opts.author_plants_bug)
+
+
+SPEC = EnvSpec(
+    "code_debug", seats=(1, 2), build=build, options=CodeDebugOptions,
+    roles=lambda opts: ["author", "fixer"] if opts.mode == "pair" else ["fixer"],
+    context_seats=True, verifiers=("code_tests",),
+    scorer="agora.rollout.scoring:score_code_debug", evaluation="episodes", sandboxed=True,
+    metrics={
+        "pass_rate": "code_debug: share of hidden tests the agent's code passes",
+        "solved": "code_debug: share of episodes where the agent's code passes every test",
+        "bug_fixed": "code_debug (author): share of episodes with a bug that got fixed",
+    })

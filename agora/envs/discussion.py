@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.spec import DefaultPlay, EnvSpec
 
 # What the agents are told to end their answer with, per task kind; the verifiers look for it.
 ANSWER_FORMAT = {
@@ -99,3 +100,24 @@ class Discussion:
         # Correctness is the verifier's call; the env only reports that the discussion ran.
         return Outcome(winner=None, draw=False, reason="completed" if self.done else "unfinished",
                        info={"rounds": self.rounds, "task_id": self.task.task_id})
+
+
+def build(section, payload: dict) -> Discussion:
+    """The episode's discussion of the task the trainer drew for it (``payload["task"]``)."""
+    from agora.data import Task  # the datasets layer (reasoning-gym) only where a task is read
+
+    task = Task.model_validate(payload["task"])
+    return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
+                      num_agents=len(section.seats), rounds=section.rounds)
+
+
+def check(section) -> None:
+    if section.task is None:
+        raise ValueError("task: a discussion needs a task source (reasoning_gym, jsonl or hf)")
+    if set(section.opponents) != {"self"}:
+        raise ValueError("opponents: scripted bots play games only; a discussion is {self: 1.0}")
+
+
+SPEC = EnvSpec(
+    "discussion", seats=(1, 5), build=build, check=check, verifiers=("math", "nli"),
+    evaluation="discussion", play=DefaultPlay("", 128, ("\n\n",)))

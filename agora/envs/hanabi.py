@@ -46,6 +46,7 @@ import re
 from dataclasses import dataclass
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.spec import DefaultPlay, EnvSpec
 
 COLORS = ("white", "yellow", "green", "blue", "red")  # TextArena's Suit order: it fixes the deck
 RANK_COUNTS = {1: 3, 2: 2, 3: 2, 4: 2, 5: 1}
@@ -420,3 +421,12 @@ def hanabi_rewards(info: dict, num_seats: int) -> list[float]:
     if not 0 <= score <= MAX_SCORE:
         raise ValueError(f"a Hanabi score is between 0 and {MAX_SCORE}, got {score}")
     return [score / MAX_SCORE] * num_seats
+
+
+SPEC = EnvSpec(
+    "hanabi", seats=(2, 5), make=lambda seats: Hanabi(num_players=seats),
+    bots={"hanabi_random": "agora.agents.bots:HanabiRandomBot",
+          "hanabi_simple": "agora.agents.bots:HanabiSimpleBot"},
+    cooperative=True, evaluation="duplicate",
+    metrics={"hanabi_score": "hanabi: the team's fireworks at the end, 0-25 (0-n after a forfeit)"},
+    play=DefaultPlay("[", 14, ("\n",)))

@@ -35,7 +35,10 @@ import math
 import random
 import re
 
+from pydantic import Field, field_validator
+
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.spec import EnvOptions, EnvSpec, known_rubric
 
 AGENT_NAMES = ("alice", "bob", "carol")
 ITEM_KINDS = ("books", "hats", "balls", "pens", "cups", "apples")
@@ -360,3 +363,37 @@ def negotiation_scores(info: dict) -> dict[str, object]:
         "welfare": sum(values) / len(values),
         "illegal": {a: int(info["illegal"][a]) for a in agents},
     }
+
+
+class NegotiationOptions(EnvOptions):
+    """``environment.name: negotiation`` (agora/envs/negotiation.py).
+
+    A turn's reward is the agent's utility (its share's value over the whole pool's value to
+    it; 0 without a deal) + ``fairness`` x the Nash product of everyone's utilities (high only
+    when every agent gets a good share) + ``coherence`` x the judge's 0..1 score of the turn's
+    message (one ``/v1/judge/score`` per LLM turn; 0 = no judge calls), plus
+    ``environment.illegal_move_penalty`` on an illegal turn (a bad proposal or ACCEPT)."""
+
+    max_rounds: int = Field(4, ge=1, le=20, description="rounds without a deal = no deal")
+    fairness: float = Field(0.0, ge=0.0, le=10.0)
+    coherence: float = Field(0.0, ge=0.0, le=10.0)
+    rubric: str = Field("dialogue", description="judge rubric of the coherence score")
+
+    @field_validator("rubric")
+    @classmethod
+    def _known_rubric(cls, name: str) -> str:
+        return known_rubric(name)
+
+
+def build(section, payload: dict) -> Negotiation:
+    return Negotiation(num_agents=len(section.seats), max_rounds=section.negotiation.max_rounds)
+
+
+SPEC = EnvSpec(
+    "negotiation", seats=(2, 3), build=build, options=NegotiationOptions, context_seats=True,
+    verifiers=("deal",), scorer="agora.rollout.scoring:score_negotiation",
+    evaluation="episodes", judged=True, metrics={
+        "deal_rate": "negotiation: share of episodes ending in a deal",
+        "utility": "negotiation: value of the agent's share over the whole pool's, 0 = no deal",
+        "coherence": "negotiation: judge's 0..1 score of the agent's messages",
+    })

@@ -1,90 +1,92 @@
-"""Every environment's facts, one ``EnvSpec`` each: what the config, the workers, the trainer,
-the evaluation and the gateway need to know about an env, kept in one place.
+"""Every environment agora knows, by name: the built-in envs' specs and those other packages
+register under the ``agora.envs`` entry point group (``[project.entry-points."agora.envs"]
+mygame = "my_package.my_env:SPEC"``), so a new env is one file, in or outside this repository.
 
-Pure data (no env classes, no config imports), so that every layer can read it without import
-cycles. The tables the code used before (``GAME_BOTS``, ``GAME_SEATS``, ``COOPERATIVE_GAMES``,
-``CONTEXT_ENVS``, ``ENV_VERIFIERS``, ``ENV_METRICS``, the gateway's seat counts and default play)
-are derived from it. Not yet here: the builders and scorers, which the rollout, evaluation and
-cli still pick with if/elif chains per env name.
+The config, the rollout worker, the scorers, the evaluation and the gateway read an env's facts
+and builders from here (``spec(name)``); the tables below are views for the code that asks one
+question of every env (which are games, which take context agents, ...).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib
+import logging
+from importlib.metadata import entry_points
+
+from agora.envs.base import TurnBasedEnv
+from agora.envs.spec import EnvSpec
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "agora.envs"
+BUILTIN_MODULES = ("agora.envs.tictactoe", "agora.envs.hanabi", "agora.envs.discussion",
+                   "agora.envs.negotiation", "agora.envs.story", "agora.envs.code_debug",
+                   "agora.envs.support_options")
 
 
-@dataclass(frozen=True)
-class DefaultPlay:
-    """How an agent plays this env when its own run trained on another (the gateway's
-    episodes): the assistant turn's prefill and the sampling limits."""
-
-    prefill: str
-    max_tokens: int
-    stop: tuple[str, ...]
+def _builtin_specs() -> list[EnvSpec]:
+    return [importlib.import_module(module).SPEC for module in BUILTIN_MODULES]
 
 
-@dataclass(frozen=True)
-class EnvSpec:
-    name: str
-    # Player counts it allows (None: the config's seats decide, within its own checks).
-    seats: tuple[int, int] | None = None
-    # Scripted bots that can fill the other seats (agora/agents/bots.py): a game. They are
-    # opponents in training ("environment.opponents") and in evaluation ("eval.opponents").
-    bots: tuple[str, ...] = ()
-    # The whole table wins or loses together, with a running team score (reward.team_credit).
-    cooperative: bool = False
-    # Seats may be scripted context agents (``context:<name>``).
-    context_seats: bool = False
-    # reward.verifier values that score it (the first is the default); none: a game, scored
-    # by replaying it in the reward service.
-    verifiers: tuple[str, ...] = ()
-    # Per-agent metrics its scorer reports (name -> what it is): the trainer shows each one's
-    # mean over the agent's last 100 episodes in metrics.jsonl, Prometheus and the progress view.
-    metrics: dict[str, str] = field(default_factory=dict)
-    # How the gateway plays it for an agent trained elsewhere (None: it cannot).
-    play: DefaultPlay | None = None
+def _plugin_specs(builtin: set[str]) -> list[EnvSpec]:
+    """The specs installed packages register; one that fails to load or takes a built-in's
+    name is skipped with a warning rather than breaking every env."""
+    found = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            spec = point.load()
+        except Exception as err:  # a broken plugin must not take the built-in envs down
+            log.warning("env plugin %s (%s) failed to load: %s", point.name, point.value, err)
+            continue
+        if not isinstance(spec, EnvSpec) or spec.name in builtin:
+            log.warning("env plugin %s: not an EnvSpec or a built-in env's name; skipped",
+                        point.value)
+            continue
+        found.append(spec)
+    return found
 
 
-SPECS: tuple[EnvSpec, ...] = (
-    EnvSpec("tictactoe", seats=(2, 2), bots=("random", "minimax"), verifiers=("game_outcome",),
-            play=DefaultPlay("[", 6, ("]",))),
-    EnvSpec("hanabi", seats=(2, 5), bots=("hanabi_random", "hanabi_simple"), cooperative=True,
-            metrics={"hanabi_score": "hanabi: the team's fireworks at the end, 0-25 (0-n after "
-                                     "a forfeit)"},
-            play=DefaultPlay("[", 14, ("\n",))),
-    EnvSpec("discussion", seats=(1, 5), verifiers=("math", "nli"),
-            play=DefaultPlay("", 128, ("\n\n",))),
-    EnvSpec("negotiation", context_seats=True, verifiers=("deal",), metrics={
-        "deal_rate": "negotiation: share of episodes ending in a deal",
-        "utility": "negotiation: value of the agent's share over the whole pool's, 0 = no deal",
-        "coherence": "negotiation: judge's 0..1 score of the agent's messages",
-    }),
-    EnvSpec("story", context_seats=True, verifiers=("judge",), metrics={
-        "judge_score": "story: judge's 0..1 score of the agent's paragraphs",
-        "story_score": "story: judge's 0..1 score of the whole story",
-        "preference": "story: judge's preference (0..1) for the agent's paragraph over the "
-                      "baseline writer's",
-    }),
-    EnvSpec("code_debug", context_seats=True, verifiers=("code_tests",), metrics={
-        "pass_rate": "code_debug: share of hidden tests the agent's code passes",
-        "solved": "code_debug: share of episodes where the agent's code passes every test",
-        "bug_fixed": "code_debug (author): share of episodes with a bug that got fixed",
-    }),
-    EnvSpec("support", context_seats=True, verifiers=("tool_task",), metrics={
-        "task_success": "support: share of episodes whose final answer is right",
-        "tool_accuracy": "support: share of the agent's tool calls that were well-formed, "
-                         "allowed, ran without error and used a tool the task needs",
-        "tool_calls": "support: tool calls the agent made per episode",
-    }),
-)
-REGISTRY: dict[str, EnvSpec] = {spec.name: spec for spec in SPECS}
+BUILTIN: tuple[EnvSpec, ...] = tuple(_builtin_specs())
+SPECS: tuple[EnvSpec, ...] = BUILTIN + tuple(_plugin_specs({s.name for s in BUILTIN}))
+REGISTRY: dict[str, EnvSpec] = {s.name: s for s in SPECS}
 ENV_NAMES: tuple[str, ...] = tuple(REGISTRY)
 
-# The tables the rest of the code reads, derived from the specs.
-GAME_BOTS: dict[str, tuple[str, ...]] = {s.name: s.bots for s in SPECS if s.bots}
-GAME_SEATS: dict[str, tuple[int, int]] = {s.name: s.seats for s in SPECS
-                                          if s.bots and s.seats is not None}
+
+def spec(name: str) -> EnvSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown environment '{name}'; known: {list(ENV_NAMES)}") from None
+
+
+def make_env(name: str, num_seats: int | None = None) -> TurnBasedEnv:
+    """A fresh env with default options; ``num_seats`` picks the player count of games that
+    have several (default: the fewest)."""
+    env_spec = spec(name)
+    if env_spec.make is None:
+        raise ValueError(f"{name}: every episode needs its run config's input; build it from "
+                         "the config (agora.rollout.seating.build_env)")
+    low, high = env_spec.seats
+    seats = low if num_seats is None else num_seats
+    if not low <= seats <= high:
+        size = str(low) if low == high else f"{low}-{high}"
+        raise ValueError(f"{name} has {size} seats, got {seats}")
+    return env_spec.make(seats)
+
+
+def make_bot(name: str):
+    """A fresh scripted bot by name, whichever game it plays (``agora.agents.bots``)."""
+    for env_spec in SPECS:
+        if name in env_spec.bots:
+            return env_spec.bot(name)
+    raise ValueError(f"unknown bot '{name}'; known: {sorted(GAME_BOTS_ALL)}")
+
+
+# Views the rest of the code reads.
+GAME_BOTS: dict[str, tuple[str, ...]] = {s.name: tuple(s.bots) for s in SPECS if s.bots}
+GAME_BOTS_ALL: tuple[str, ...] = tuple(b for bots in GAME_BOTS.values() for b in bots)
+GAME_SEATS: dict[str, tuple[int, int]] = {s.name: s.seats for s in SPECS if s.bots}
 COOPERATIVE_GAMES: tuple[str, ...] = tuple(s.name for s in SPECS if s.cooperative)
 CONTEXT_ENVS: tuple[str, ...] = tuple(s.name for s in SPECS if s.context_seats)
-ENV_VERIFIERS: dict[str, tuple[str, ...]] = {s.name: s.verifiers for s in SPECS if s.verifiers}
+ENV_VERIFIERS: dict[str, tuple[str, ...]] = {s.name: s.verifiers for s in SPECS}
 ENV_METRICS: dict[str, dict[str, str]] = {s.name: s.metrics for s in SPECS if s.metrics}

@@ -17,8 +17,12 @@ crowd the other writers out of the prompt.
 from __future__ import annotations
 
 import random
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.spec import EnvOptions, EnvSpec, known_rubric
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS, ScoreRequest
 
 PREMISES = (
@@ -185,3 +189,53 @@ def story_judge_request(
         agents[role] = _request(context, "\n\n".join(texts), rubric_name, backend)
     requests["agents"] = agents
     return requests
+
+
+class StoryOptions(EnvOptions):
+    """``environment.name: story`` (agora/envs/story.py): scored by the judge service.
+
+    ``judge: score``: every writer's reward is (1 - story_weight) x the judge's 0..1 score of
+    its own paragraphs + story_weight x the whole story's score (the shared part is what makes
+    writers cooperate). ``pairwise``: each turn's reward is the judge's preference (0..1) for
+    its paragraph over what the ``baseline`` context agent writes at the same point of the
+    story. ``both``: the mean of the two. An illegal turn (empty, or a repeat) also gets
+    ``environment.illegal_move_penalty``."""
+
+    rounds: int = Field(2, ge=1, le=10, description="each writer writes once per round")
+    premise: str | None = Field(None, min_length=1, max_length=500,
+                                description="fixed premise; default: one per seed")
+    judge: Literal["score", "pairwise", "both"] = "score"
+    rubric: str = "story"
+    story_weight: float = Field(0.5, ge=0.0, le=1.0)
+    baseline: str = Field("template_writer", description="story context agent for pairwise")
+
+    @field_validator("rubric")
+    @classmethod
+    def _known_rubric(cls, name: str) -> str:
+        return known_rubric(name)
+
+    @field_validator("baseline")
+    @classmethod
+    def _writer(cls, name: str) -> str:
+        from agora.agents.context import CONTEXT_AGENT_FITS
+
+        if CONTEXT_AGENT_FITS.get(name, ("", None))[0] != "story":
+            writers = sorted(n for n, (env, _) in CONTEXT_AGENT_FITS.items() if env == "story")
+            raise ValueError(f"'{name}' is not a story context agent ({writers})")
+        return name
+
+
+def build(section, payload: dict) -> StoryWriting:
+    opts = section.story
+    return StoryWriting(num_agents=len(section.seats), rounds=opts.rounds, premise=opts.premise)
+
+
+SPEC = EnvSpec(
+    "story", seats=(2, 3), build=build, options=StoryOptions, context_seats=True,
+    verifiers=("judge",), scorer="agora.rollout.scoring:score_story",
+    evaluation="episodes", judged=True, metrics={
+        "judge_score": "story: judge's 0..1 score of the agent's paragraphs",
+        "story_score": "story: judge's 0..1 score of the whole story",
+        "preference": "story: judge's preference (0..1) for the agent's paragraph over the "
+                      "baseline writer's",
+    })

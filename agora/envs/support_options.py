@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from agora.envs.spec import EnvSpec
 from agora.envs.support import DEFAULT_TOOLS, ROLES, SupportEnv, pick_level
 from agora.envs.support_tasks import LEVELS
 
@@ -86,3 +87,16 @@ def build_support_env(opts: SupportOptions, payload: dict) -> SupportEnv:
                       max_tool_calls_per_turn=opts.max_tool_calls_per_turn,
                       max_handoffs=opts.max_handoffs, history=opts.history,
                       result_chars=opts.result_chars)
+
+
+SPEC = EnvSpec(
+    "support", seats=(3, 3), build=lambda section, payload: build_support_env(section.support,
+                                                                              payload),
+    options=SupportOptions, roles=lambda opts: list(ROLES), context_seats=True,
+    verifiers=("tool_task",), scorer="agora.rollout.scoring:score_support",
+    evaluation="episodes", metrics={
+        "task_success": "support: share of episodes whose final answer is right",
+        "tool_accuracy": "support: share of the agent's tool calls that were well-formed, "
+                         "allowed, ran without error and used a tool the task needs",
+        "tool_calls": "support: tool calls the agent made per episode",
+    })

@@ -17,6 +17,7 @@ import random
 import re
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.spec import DefaultPlay, EnvSpec
 
 MOVE_PATTERN = re.compile(r"\[\s*(\d+)\s*\]")
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
@@ -146,3 +147,9 @@ class TicTacToe:
         self._done = True
         outcome.info["board"] = list(self.board)
         self._outcome = outcome
+
+
+SPEC = EnvSpec(
+    "tictactoe", seats=(2, 2), make=lambda seats: TicTacToe(),
+    bots={"random": "agora.agents.bots:RandomBot", "minimax": "agora.agents.bots:MinimaxBot"},
+    evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agora.config.run import CONTEXT_PREFIX
+from agora.config.agents import CONTEXT_PREFIX
 from agora.envs.registry import ENV_METRICS
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import mean_interval, rate

@@ -1,13 +1,13 @@
 """``agora eval``: pick what to compare, start what it needs, run the env's part, write it up.
 
-Which part runs depends on the env (``environment.name``):
+Which part runs is the env's ``EnvSpec.evaluation`` (agora/envs/spec.py):
 
-| env | part | compared |
+| evaluation | part | compared |
 |---|---|---|
-| tictactoe | round robin + TrueSkill (``games``) | K snapshots of the learner + every bot |
-| hanabi | scores by partner + duplicate TrueSkill (``games``) | K snapshots + every bot |
-| discussion | pass@k / maj@k at turn 1 and last turn (``discussion``) | latest vs baseline |
-| negotiation, story, code_debug | metrics, success, preference (``context_envs``) | same |
+| round_robin (tictactoe) | round robin + TrueSkill (``games``) | K snapshots + every bot |
+| duplicate (hanabi) | scores by partner + duplicate TrueSkill | K snapshots + every bot |
+| discussion | pass@k / maj@k at turn 1 and last turn | latest vs baseline |
+| episodes (negotiation, story, ...) | metrics, success, judge preference | latest vs baseline |
 
 "latest" is the newest version in a run folder (or the given checkpoint) and "baseline" its v0
 (or the base model for a checkpoint). Every run ends with training_curves.png when the run's
@@ -23,17 +23,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agora.config.run import CONTEXT_PREFIX
+from agora.config.agents import CONTEXT_PREFIX
 from agora.data import TaskError, load_tasks
-from agora.envs.registry import GAME_BOTS
 from agora.evaluation import context_envs, discussion, games
-from agora.evaluation.context import EvalContext, open_http
+from agora.evaluation.context import EvalContext, StartPhase, no_progress, open_http
 from agora.evaluation.curves import plot_training_curves
 from agora.evaluation.report import write_report
-from agora.evaluation.serving import JUDGED_ENVS, EvalServices, GivenUrls
+from agora.evaluation.serving import EvalServices, GivenUrls
 from agora.evaluation.target import EvalInputError, EvalTarget, Version, base_version
-
-SCORED_ENVS = tuple(context_envs.SUCCESS_METRIC) + ("negotiation", "story")
 
 
 @dataclass
@@ -62,7 +59,7 @@ def spaced(versions: list[Version], count: int) -> list[Version]:
 def evaluated_agents(target: EvalTarget) -> list[str]:
     """Games: the learner (one policy in every seat). Others: every LLM agent in a seat."""
     cfg = target.cfg
-    if cfg.environment.name in GAME_BOTS:
+    if cfg.environment.spec.is_game:
         learner = cfg.learner or cfg.environment.seats[0]
         if learner not in target.versions:
             raise EvalInputError(f"{target.source}: no adapter of '{learner}', the agent that "
@@ -87,9 +84,9 @@ async def _games(ctx: EvalContext, target: EvalTarget, served: dict[Version, str
     snaps = (spaced(target.versions[agent], options.snapshots) if target.kind == "run"
              else target.versions[agent])
     players = [games.Contestant(v.label, agent=agent, served=served[v]) for v in snaps]
-    bots = list(GAME_BOTS[cfg.environment.name])
+    bots = list(cfg.environment.spec.bots)
     players += [games.Contestant(b, bot=b) for b in bots]
-    if cfg.environment.name == "hanabi":
+    if cfg.environment.spec.evaluation == "duplicate":
         partners = ["self", *bots]
         deals = await games.play_hanabi(ctx, players, partners, count, options.seed)
         section = games.hanabi_report(deals, players, partners)
@@ -117,7 +114,7 @@ async def _discussion(ctx: EvalContext, target: EvalTarget, served: dict[Version
     for policy, index in (("evaluated", 0), ("baseline", 1)):
         versions = {a: compared(target, a)[index] for a in agents}
         answers = await discussion.sample_discussions(
-            ctx, {a: served[v] for a, v in versions.items()}, tasks, options.k)
+            ctx, {a: served[v] for a, v in versions.items()}, tasks, options.k, label=policy)
         section["policies"][policy] = {
             "label": ", ".join(v.label for v in versions.values()),
             **discussion.discussion_report(answers, options.k)}
@@ -141,7 +138,7 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
             "labels": {a: v.label for a, v in versions.items()},
             "agents": {a: context_envs.agent_metrics(records[policy], a, env) for a in agents},
         }
-    if env in JUDGED_ENVS:
+    if cfg.environment.spec.judged:
         pref = await context_envs.judge_preference(ctx, records["evaluated"], records["baseline"],
                                                    learner)
         pref["a"] = section["policies"]["evaluated"]["labels"][learner]
@@ -151,25 +148,28 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
 
 
 def run_evaluation(target: EvalTarget, options: EvalOptions,
-                   on_phase: Callable[[str], None] = lambda _m: None) -> tuple[dict, Path]:
-    """Evaluate ``target``; returns the report and the folder it was written to."""
+                   on_phase: Callable[[str], None] = lambda _m: None,
+                   on_progress: StartPhase = no_progress) -> tuple[dict, Path]:
+    """Evaluate ``target``; returns the report and the folder it was written to.
+    ``on_progress`` starts a phase's progress (``context.StartPhase``)."""
     started = time.monotonic()
     cfg = target.cfg
     env = cfg.environment.name
-    if env not in GAME_BOTS and env != "discussion" and env not in SCORED_ENVS:
+    spec = cfg.environment.spec
+    if spec.evaluation is None:
         raise EvalInputError(f"environment.name: no evaluation for '{env}' yet")
     out_dir = Path(options.output) if options.output else target.default_output()
     count = options.games or cfg.eval.games
     agents = evaluated_agents(target)
-    if env in GAME_BOTS:
+    if spec.is_game:
         agent = agents[0]
         pool = target.versions[agent]
         needed = spaced(pool, options.snapshots) if target.kind == "run" else pool
-        defined = ["round_robin" if env == "tictactoe" else "duplicate", "ratings"]
+        defined = [spec.evaluation, "ratings"]
     else:
         needed = list(dict.fromkeys(v for a in agents for v in compared(target, a)))
-        defined = (["discussion"] if env == "discussion"
-                   else ["context", *(["preference"] if env in JUDGED_ENVS else [])])
+        defined = (["discussion"] if spec.evaluation == "discussion"
+                   else ["context", *(["preference"] if spec.judged else [])])
     services = EvalServices.for_env(cfg, agents, options.given, out_dir / "logs",
                                     options.port_base)
     sections: dict[str, dict] = {}
@@ -182,10 +182,10 @@ def run_evaluation(target: EvalTarget, options: EvalOptions,
 
         async def main() -> None:
             async with open_http(options.concurrency) as http:
-                ctx = EvalContext(eval_cfg, http, options.concurrency)
-                if env in GAME_BOTS:
+                ctx = EvalContext(eval_cfg, http, options.concurrency, on_progress)
+                if spec.is_game:
                     sections["games"] = await _games(ctx, target, served, options, count)
-                elif env == "discussion":
+                elif spec.evaluation == "discussion":
                     sections["discussion"] = await _discussion(ctx, target, served, options)
                 else:
                     sections["episodes"] = await _episodes(ctx, target, served, options, count)

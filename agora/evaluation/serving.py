@@ -37,8 +37,6 @@ from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 from agora.stack.procs import Service, free_port, http_ok, port_in_use, stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
-JUDGED_ENVS = ("story", "negotiation")
-SANDBOXED_ENVS = ("code_debug",)
 
 
 @dataclass
@@ -89,12 +87,12 @@ class EvalServices:
     def for_env(cls, cfg: RunConfig, agents: list[str], given: GivenUrls, logs_dir: Path,
                 port_base: int | None = None) -> EvalServices:
         bases = list(dict.fromkeys(cfg.agent(a).base for a in agents))
-        env = cfg.environment.name
-        need_judge = env in JUDGED_ENVS
+        spec = cfg.environment.spec
+        need_judge = spec.judged
         judge_model = cfg.judge.model if cfg.judge.backend == "llm" else None
         if need_judge and judge_model and not cfg.judge.base_url and judge_model not in bases:
             bases.append(judge_model)  # an LLM judge on a policy server of the run
-        return cls(cfg, bases, need_judge, env in SANDBOXED_ENVS, given, logs_dir, port_base)
+        return cls(cfg, bases, need_judge, spec.sandboxed, given, logs_dir, port_base)
 
     def _port(self) -> int:
         """A free port: any (the OS picks), or the first free one from ``port_base`` on."""

@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agora.config.run import ConfigError, RunConfig, load_config
+from agora.config.base import ConfigError
+from agora.config.run import RunConfig, load_config
 from agora.serving.vllm_server import SERVED_BASE_NAME
 
 ADAPTER_FILE = "adapter_config.json"

@@ -8,7 +8,8 @@ summary the trainer mirrors into the run's Redis state hash.
 
 from __future__ import annotations
 
-from agora.config.run import AgentConfig, RunConfig
+from agora.config.agents import AgentConfig
+from agora.config.run import RunConfig
 from agora.gateway.run_context import RunContext, agent_summary_from_state
 
 

@@ -31,15 +31,13 @@ from typing import Literal
 
 import httpx
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from redis.exceptions import LockError
 
-from agora.agents.bots import make_bot
-from agora.config.run import RunConfig, SamplingConfig
-from agora.envs import TurnBasedEnv, make_env
-from agora.envs.base import legal_completions
-from agora.envs.discussion import Discussion, DiscussionTask
-from agora.envs.registry import GAME_BOTS, SPECS
+from agora.config.agents import SamplingConfig
+from agora.config.run import RunConfig
+from agora.envs.base import TurnBasedEnv, legal_completions
+from agora.envs.registry import GAME_BOTS, REGISTRY, SPECS, make_bot, make_env
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.proxy import parse_json_object, post_json
 from agora.gateway.schemas import ModelRouter, Route
@@ -47,9 +45,8 @@ from agora.serving.requests import chat_request
 
 USER = "user"
 BOT_PREFIX = "bot:"
-PlayableEnv = Literal["tictactoe", "hanabi", "discussion"]
-SEAT_COUNTS: dict[str, tuple[int, int]] = {
-    s.name: s.seats for s in SPECS if s.play is not None and s.seats is not None}
+# The envs it plays: those whose spec says how (EnvSpec.play), plugins' included.
+SEAT_COUNTS: dict[str, tuple[int, int]] = {s.name: s.seats for s in SPECS if s.play is not None}
 # How an agent plays an env its run did not train on: (prefill, sampling). For the run's own
 # env, the run config's prefill and the agent's sampling are used instead.
 DEFAULT_PLAY: dict[str, tuple[str, SamplingConfig]] = {
@@ -70,7 +67,7 @@ class EpisodeCreate(BaseModel):
     """POST /v1/episodes."""
 
     model_config = ConfigDict(extra="forbid")
-    env: PlayableEnv
+    env: str = Field(..., description=f"one of {sorted(SEAT_COUNTS)}")
     seats: list[str] = Field(..., min_length=1, max_length=5)
     seed: int = Field(0, ge=0, le=2**31 - 1)
     task: TaskIn | None = Field(None, description="discussion: the question (default: one "
@@ -78,6 +75,14 @@ class EpisodeCreate(BaseModel):
     rounds: int = Field(2, ge=1, le=10, description="discussion rounds")
     temperature: float | None = Field(None, ge=0.0, le=5.0,
                                       description="override the agents' sampling temperature")
+
+    @field_validator("env")
+    @classmethod
+    def _playable(cls, env: str) -> str:
+        if env not in SEAT_COUNTS:
+            raise ValueError(f"'{env}' cannot be played here; playable envs: "
+                             f"{sorted(SEAT_COUNTS)}")
+        return env
 
     @model_validator(mode="after")
     def _seats(self) -> EpisodeCreate:
@@ -113,12 +118,14 @@ class EpisodeState(BaseModel):
 
 
 def build_env(spec: EpisodeCreate) -> TurnBasedEnv:
-    if spec.env == "discussion":
-        task = spec.task
-        assert task is not None  # filled in at creation
-        return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
-                          num_agents=len(spec.seats), rounds=spec.rounds)
-    return make_env(spec.env, num_seats=len(spec.seats))
+    """The episode's env: a fresh game, or (a discussion) built by its spec from the episode's
+    seats, rounds and task, which is filled in at creation (``with_task``)."""
+    env_spec = REGISTRY[spec.env]
+    if env_spec.make is not None:
+        return make_env(spec.env, num_seats=len(spec.seats))
+    assert env_spec.build is not None and spec.task is not None
+    task = {**spec.task.model_dump(), "answer": ""}  # nobody checks a user's question
+    return env_spec.build(spec, {"task": task, "seed": spec.seed})
 
 
 def replay(state: EpisodeState) -> TurnBasedEnv:
@@ -143,9 +150,10 @@ def outcome_view(env: TurnBasedEnv) -> dict | None:
     outcome = env.outcome()
     view = {"winner": outcome.winner, "draw": outcome.draw, "illegal_seat": outcome.illegal_seat,
             "reason": outcome.reason, "info": outcome.info}
-    if env.name == "tictactoe":
+    env_spec = REGISTRY[env.name]
+    if env_spec.is_game and not env_spec.cooperative:  # a winner and losers
         view["results"] = [outcome.result_for(seat) for seat in range(env.num_seats)]
-    if isinstance(env, Discussion):
+    if hasattr(env, "answers"):  # a discussion's final answers
         view["answers"] = env.answers
     return view
 
@@ -220,7 +228,7 @@ class EpisodeService:
 
     def with_task(self, spec: EpisodeCreate) -> EpisodeCreate:
         """A discussion without a question gets one of the run's held-out tasks (by seed)."""
-        if spec.env != "discussion" or spec.task is not None:
+        if REGISTRY[spec.env].make is not None or spec.task is not None:
             return spec
         source = self.cfg.environment.task
         if source is None:

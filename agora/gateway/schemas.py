@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from agora.config.run import AgentConfig, RunConfig
+from agora.config.agents import AgentConfig
+from agora.config.run import RunConfig
 from agora.gateway.errors import GatewayError
 from agora.gateway.proxy import transport_error, upstream_detail
 from agora.gateway.run_context import RunContext

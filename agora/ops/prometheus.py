@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from agora.config.run import ConfigError, RunConfig, load_config
+from agora.config.base import ConfigError
+from agora.config.run import RunConfig, load_config
 
 DEFAULT_SCRAPE_INTERVAL = "5s"
 WORKER_METRICS_PORT = 9100  # each rollout container's AGORA_WORKER_METRICS_PORT in compose

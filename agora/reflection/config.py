@@ -9,18 +9,15 @@ error names its dotted field, like ``agora up``'s config errors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agora.algos.compute import ComputeConfig, refuse_bf16_field
-from agora.config.run import (
-    BaseModelConfig,
-    ConfigError,
-    SamplingConfig,
-    _format_errors,
-    read_config_yaml,
-)
+from agora.config.agents import BaseModelConfig, SamplingConfig
+from agora.config.base import ConfigError
+from agora.config.run import apply_overrides, format_errors, read_config_yaml
 from agora.data.specs import TaskSpec
 from agora.train.tracking import TrackingConfig, missing_packages
 
@@ -158,13 +155,14 @@ def parse_reflection_config(data: object, source: str = "<config>") -> Reflectio
         return ReflectionConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"{source} is not a valid reflection config:\n"
-                          f"{_format_errors(err)}") from None
+                          f"{format_errors(err)}") from None
 
 
-def load_reflection_config(path: str | Path) -> ReflectionConfig:
-    """The config at ``path``; a tracker whose package is missing is refused here, before any
-    stage spends minutes on work it could not report."""
-    cfg = parse_reflection_config(read_config_yaml(path), str(path))
+def load_reflection_config(path: str | Path, overrides: Sequence[str] = ()) -> ReflectionConfig:
+    """The config at ``path`` with ``--set`` overrides (as for run configs); a tracker whose
+    package is missing is refused here, before any stage spends minutes on work it could not
+    report."""
+    cfg = parse_reflection_config(apply_overrides(read_config_yaml(path), overrides), str(path))
     if missing := missing_packages(cfg.tracking):
         raise ConfigError(f"{path}: " + "; ".join(missing))
     return cfg

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agora.algos.compute import Placement
-from agora.config.run import AgentConfig
+from agora.config.agents import AgentConfig
 from agora.reflection.config import RoleConfig, TrainStageConfig
 
 META_FILE = "agora_reflection.json"

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from agora.data import NLILabel, TaskRef
-from agora.envs import ENVS
+from agora.envs.registry import GAME_BOTS
 from agora.rewards.verifiers.code import CodeVerdict, extract_code
 from agora.rewards.verifiers.game import RewardScheme
 from agora.sandbox.runner import SandboxLimits
@@ -35,7 +35,7 @@ class VerifyRequest(BaseModel):
 
     kind: Literal["game"] = "game"
     task: Literal["game_outcome"] = "game_outcome"
-    env: str = Field(..., description=f"one of {sorted(ENVS)}")
+    env: str = Field(..., description=f"a game: one of {sorted(GAME_BOTS)}")
     actions: list[str] = Field(..., max_length=MAX_ACTIONS, description="action texts in order")
     seed: int = 0
     num_seats: int | None = Field(None, ge=1, le=8, description="players, for games with a "

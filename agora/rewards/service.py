@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from agora.data import TaskError
-from agora.envs import ENVS
+from agora.envs.registry import GAME_BOTS
 from agora.ops.metrics import LEARNED_SCORES, VERIFICATIONS
 from agora.rewards.schemas import (
     MAX_ACTION_CHARS,
@@ -100,8 +100,8 @@ class RewardService:
         return scores
 
     def verify_game(self, req: VerifyRequest) -> GameVerdict:
-        if req.env not in ENVS:
-            raise RewardError(422, f"unknown env '{req.env}'; known: {sorted(ENVS)}")
+        if req.env not in GAME_BOTS:  # the games: envs it can replay
+            raise RewardError(422, f"unknown env '{req.env}'; games: {sorted(GAME_BOTS)}")
         too_long = [i for i, a in enumerate(req.actions) if len(a) > MAX_ACTION_CHARS]
         if too_long:
             raise RewardError(422, f"actions {too_long[:5]} exceed {MAX_ACTION_CHARS} characters")

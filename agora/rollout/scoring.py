@@ -306,13 +306,8 @@ def score_support(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient) -> 
 
 # --------------------------------------------------------------------------- common
 
+# What an env's spec names as its ``scorer`` (agora/envs/spec.py): these four, or a plugin's.
 Scorer = Callable[[RunConfig, EpisodeRecord, JudgeClient], Scored]
-SCORERS: dict[str, Scorer] = {
-    "negotiation": score_negotiation,
-    "story": score_story,
-    "code_debug": score_code_debug,
-    "support": score_support,
-}
 
 
 def _penalty(cfg: RunConfig, legal: bool) -> float:
@@ -323,8 +318,9 @@ def _penalty(cfg: RunConfig, legal: bool) -> float:
 
 
 def score_episode(cfg: RunConfig, record: EpisodeRecord) -> bool:
-    """Score ``record`` in place if its env has a scorer here; False for the others."""
-    scorer = SCORERS.get(cfg.environment.name)
+    """Score ``record`` in place if its env's spec names a scorer; False for the others (the
+    reward service's verifier scores them)."""
+    scorer: Scorer | None = cfg.environment.spec.load_scorer()
     if scorer is None:
         return False
     judge = JudgeClient.of(cfg)

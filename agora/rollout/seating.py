@@ -23,16 +23,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from agora.agents.bots import make_bot
 from agora.agents.context import ContextAgent, ScheduledAgent, make_context_agent
-from agora.config.run import CONTEXT_PREFIX, RunConfig
-from agora.data import Task
-from agora.envs import TurnBasedEnv, make_env
-from agora.envs.code_debug import CodeDebug
-from agora.envs.discussion import Discussion, DiscussionTask
-from agora.envs.negotiation import Negotiation
-from agora.envs.story import StoryWriting
-from agora.envs.support_options import build_support_env
+from agora.config.agents import CONTEXT_PREFIX
+from agora.config.run import RunConfig
+from agora.envs.base import TurnBasedEnv
+from agora.envs.registry import make_bot, make_env
 from agora.rollout.runner import BotPlayer, LLMPlayer, Player
 from agora.rollout.stream import EpisodeStream
 from agora.serving.client import PolicyAdmin, PolicyClient, PolicyUnavailable, load_tokenizer
@@ -72,24 +67,13 @@ def make_context_seat(cfg: RunConfig, key: str, clock: int) -> ContextSeat:
 
 
 def build_env(cfg: RunConfig, payload: dict) -> TurnBasedEnv:
-    """The episode's environment; a discussion gets the task the trainer drew for it."""
-    env = cfg.environment
-    seats = len(env.seats)
-    if env.name == "discussion":
-        task = Task.model_validate(payload["task"])
-        return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
-                          num_agents=seats, rounds=env.rounds)
-    if env.name == "negotiation" and env.negotiation is not None:
-        return Negotiation(num_agents=seats, max_rounds=env.negotiation.max_rounds)
-    if env.name == "story" and env.story is not None:
-        return StoryWriting(num_agents=seats, rounds=env.story.rounds, premise=env.story.premise)
-    if env.name == "code_debug" and env.code_debug is not None:
-        opts = env.code_debug
-        return CodeDebug(mode=opts.mode, problem_id=opts.problem_id,
-                         author_plants_bug=opts.author_plants_bug)
-    if env.name == "support" and env.support is not None:
-        return build_support_env(env.support, payload)  # the level: by seed (or a curriculum)
-    return make_env(env.name, num_seats=seats)
+    """The episode's environment, built by its env's spec from the config's section and the
+    trainer's payload (a discussion's task, a support level by seed)."""
+    section = cfg.environment
+    spec = section.spec
+    if spec.build is not None:
+        return spec.build(section, payload)
+    return make_env(section.name, num_seats=len(section.seats))
 
 
 def seat_names(cfg: RunConfig, payload: dict) -> list[str]:

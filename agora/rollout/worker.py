@@ -19,7 +19,6 @@ import asyncio
 import functools
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 
 from agora.config.run import RunConfig, parse_config
 from agora.data import Task, TaskRef
+from agora.envs.registry import REGISTRY
 from agora.ops.metrics import (
     ROLLOUT_DUPLICATES,
     ROLLOUT_EPISODE_SECONDS,
@@ -43,6 +43,7 @@ from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.runner import run_episode
 from agora.rollout.scoring import RewardUnavailable, score_episode
 from agora.rollout.seating import build_env, build_players, learner_clock
+from agora.rollout.settings import WorkerSettings
 from agora.rollout.stream import EpisodeStream
 from agora.serving.client import RETRYABLE, PolicyUnavailable
 from agora.stack.redis_client import resilient_redis
@@ -55,12 +56,12 @@ QUEUE = "rollouts"
 
 
 def redis_url() -> str:
-    return os.environ.get("AGORA_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6390/0"
+    return WorkerSettings().redis_url
 
 
 def make_celery(broker_url: str | None = None, visibility_timeout: int | None = None) -> Celery:
     url = broker_url or redis_url()
-    vt = visibility_timeout or int(os.environ.get("AGORA_VISIBILITY_TIMEOUT", "60"))
+    vt = visibility_timeout or WorkerSettings().visibility_timeout
     app = Celery("agora", broker=url)
     app.conf.update(
         task_acks_late=True,
@@ -105,7 +106,7 @@ def _redis(url: str) -> redis.Redis:
 
 def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -> dict:
     """The reward service's request: replay a game, or check every answer of a discussion."""
-    if cfg.environment.name == "discussion":
+    if "task" in payload:  # a discussion: answers checked against the task (math / nli)
         task = Task.model_validate(payload["task"])
         return {
             "kind": task.kind,
@@ -165,9 +166,12 @@ def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0
         totals[agent] = totals.get(agent, 0.0) + float(verdict["seat_rewards"][seat])
     record.rewards = totals
     record.reward_parts = {a: RewardParts(verifier=v) for a, v in totals.items()}
-    if "score" in record.info and record.env == "hanabi":
-        # The team's fireworks (0-25): the metric Hanabi is judged by (agora/envs/registry.py).
-        record.info["metrics"] = {agent: {"hanabi_score": float(record.info["score"])}
+    spec = REGISTRY.get(record.env)
+    if "score" in record.info and spec is not None and spec.cooperative and spec.metrics:
+        # The team's score (Hanabi's fireworks, 0-25): the first metric a cooperative game's
+        # spec names is the one it is judged by (agora/envs/hanabi.py SPEC).
+        metric = next(iter(spec.metrics))
+        record.info["metrics"] = {agent: {metric: float(record.info["score"])}
                                   for agent in totals}
 
 

@@ -28,7 +28,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from agora.config.run import SamplingConfig
+from agora.config.agents import SamplingConfig
 from agora.envs.base import ChatMessage
 from agora.serving.requests import completion_request
 

@@ -10,7 +10,7 @@ moves (``sampling.legal_actions_only``), exactly as the agent was trained.
 
 from __future__ import annotations
 
-from agora.config.run import SamplingConfig
+from agora.config.agents import SamplingConfig
 from agora.envs.base import ChatMessage
 
 

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from agora.config.run import BaseModelConfig
+from agora.config.agents import BaseModelConfig
 from agora.stack.hardware import serving_dtype
 from agora.stack.procs import Service, http_ok
 

@@ -27,7 +27,7 @@ import pytest
 import redis
 from prometheus_client import generate_latest
 
-from agora.config.run import SamplingConfig
+from agora.config.agents import SamplingConfig
 from agora.rollout.stream import EpisodeStream, RunKeys
 from agora.serving.adapter_keeper import AdapterKeeper, Reload
 from agora.serving.client import AdapterMissing, PolicyAdmin, PolicyClient, load_tokenizer

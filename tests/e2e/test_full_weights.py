@@ -17,7 +17,9 @@ import yaml
 from safetensors.torch import load_file
 
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config.run import ConfigError, PPOConfig, SamplingConfig
+from agora.config.agents import SamplingConfig
+from agora.config.base import ConfigError
+from agora.config.training import PPOConfig
 from agora.evaluation.target import EvalInputError, resolve_target
 from agora.rollout.stream import RunKeys
 from agora.serving.client import PolicyClient

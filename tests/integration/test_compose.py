@@ -23,7 +23,9 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from agora.config.run import ConfigError, JudgeConfig, load_config, parse_config
+from agora.config.base import ConfigError
+from agora.config.run import load_config, parse_config
+from agora.config.services import JudgeConfig
 from agora.gateway.settings import GatewaySettings
 from agora.judge.settings import JudgeSettings
 from agora.ops.metrics import WORKER_METRICS_PORT_ENV

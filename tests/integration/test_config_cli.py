@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agora.config.base import ConfigError
 from agora.config.reference import render
-from agora.config.run import ConfigError, apply_overrides, load_config
+from agora.config.run import apply_overrides, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TICTACTOE = ROOT / "configs" / "tictactoe_selfplay.yaml"
@@ -55,6 +56,18 @@ def test_cli_commands_take_set_and_refuse_a_bad_one_before_starting_anything():
     done = _agora("up", str(TICTACTOE), "--set", "ppo.clip_range=-1")
     assert done.returncode == 2
     assert "ppo.clip_range" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    reflection = ROOT / "configs" / "reflection_math.yaml"  # the reflection commands too
+    done = _agora("reflect", "oracle", str(reflection), "--set", "actor.lora_rnk=8")
+    assert done.returncode == 2
+    assert "actor.lora_rnk: Extra inputs" in done.stdout, done.stdout + done.stderr
+
+
+def test_reflection_configs_take_set_overrides():
+    from agora.reflection.config import load_reflection_config
+
+    reflection = ROOT / "configs" / "reflection_math.yaml"
+    cfg = load_reflection_config(reflection, ["train_tasks=5", "dpo.beta=0.2"])
+    assert cfg.train_tasks == 5 and cfg.dpo.beta == 0.2
 
 
 def test_schema_is_the_run_configs_json_schema():
@@ -63,6 +76,13 @@ def test_schema_is_the_run_configs_json_schema():
     schema = json.loads(done.stdout)
     assert {"agents", "models", "environment", "trainer", "ppo"} <= set(schema["properties"])
     assert "processes" in schema["$defs"]["TrainerConfig"]["properties"]
+    # The environment is a union over the envs, told apart by name, each with its options.
+    union = schema["properties"]["environment"]
+    assert union["discriminator"] == {"propertyName": "name"}
+    by_name = {v["properties"]["name"]["const"]: v for v in union["oneOf"]}
+    assert {"tictactoe", "hanabi", "discussion", "negotiation", "support"} <= set(by_name)
+    assert "negotiation" in by_name["negotiation"]["properties"]
+    assert "negotiation" not in by_name["tictactoe"]["properties"]
 
 
 def test_the_reference_page_is_generated_and_current():

@@ -133,7 +133,7 @@ def assert_png(path: Path, size: tuple[int, int]) -> None:
 def test_cooperative_match_rows_carry_the_mean_score_interval_into_the_table():
     from rich.console import Console
 
-    from agora.evaluation.matches import MatchResult
+    from agora.evaluation.games import MatchResult
 
     rows = {}
     for name, scores in (("v0", [2.0, 4.0, 3.0, 3.0]), ("after", [5.0])):

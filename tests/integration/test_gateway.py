@@ -15,7 +15,8 @@ import openai
 import pytest
 import yaml
 
-from agora.config.run import BaseModelConfig, parse_config
+from agora.config.agents import BaseModelConfig
+from agora.config.run import parse_config
 from agora.stack.procs import Service, free_port
 from tests.conftest import uvicorn_service
 

@@ -11,7 +11,8 @@ import torch
 
 from agora.algos.compute import ComputeConfig, flash_attn_installed
 from agora.algos.ppo import PPOLearner
-from agora.config.run import AgentConfig, PPOConfig
+from agora.config.agents import AgentConfig
+from agora.config.training import PPOConfig
 from tests.integration.test_ppo_device import DeviceAudit, _turns
 from tests.stack_helpers import FP32
 

@@ -1,6 +1,6 @@
 """Hanabi wired into runs: config, the game verifier's team rewards (directly and through the
 real reward service), role-conditioned advantages, and a tiny-random learner playing full
-games through ``play`` and ``agora.evaluation.matches`` on the session's real vLLM server."""
+games through ``play`` and ``agora.evaluation.games`` on the session's real vLLM server."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ import pytest
 import redis
 import torch
 
-from agora.agents.bots import make_bot
 from agora.algos.ppo import PPOLearner, whiten_by_group
 from agora.config.run import parse_config
-from agora.envs import make_env
 from agora.envs.base import DEFAULT_TURN_LIMIT
 from agora.envs.hanabi import Hanabi
-from agora.evaluation.matches import evaluate
+from agora.envs.registry import make_bot, make_env
+from agora.evaluation.games import evaluate
 from agora.rewards.verifiers.game import RewardScheme, verify_game
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, run_episode

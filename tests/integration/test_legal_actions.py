@@ -18,7 +18,9 @@ import torch
 
 from agora.algos.action_mask import ChoiceMasker, choice_grammar, stop_token_ids
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config.run import AgentConfig, PPOConfig, SamplingConfig, parse_config
+from agora.config.agents import AgentConfig, SamplingConfig
+from agora.config.run import parse_config
+from agora.config.training import PPOConfig
 from agora.envs.base import legal_completions
 from agora.envs.hanabi import Hanabi
 from agora.rollout.records import EpisodeRecord

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from agora.algos.ppo import PPOLearner, TurnSample
-from agora.config.run import AgentConfig, PPOConfig, SamplingConfig
+from agora.config.agents import AgentConfig, SamplingConfig
+from agora.config.training import PPOConfig
 from agora.serving.client import PolicyAdmin, PolicyClient, PolicyServerError
 from tests.stack_helpers import FP32
 

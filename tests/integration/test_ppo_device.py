@@ -28,7 +28,9 @@ from agora.algos.compute import (
     weights_dtype,
 )
 from agora.algos.ppo import PPOLearner, TurnSample, collate
-from agora.config.run import AgentConfig, ConfigError, PPOConfig
+from agora.config.agents import AgentConfig
+from agora.config.base import ConfigError
+from agora.config.training import PPOConfig
 from tests.stack_helpers import FP32, tiny_config
 
 aten = torch.ops.aten

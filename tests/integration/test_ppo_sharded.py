@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agora.config.run import ConfigError
+from agora.config.base import ConfigError
 from tests import sharded_learner
 from tests.stack_helpers import tiny_config
 

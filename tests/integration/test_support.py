@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from agora.config.run import ConfigError, load_config, parse_config
+from agora.config.base import ConfigError
+from agora.config.run import load_config, parse_config
 from agora.envs.base import TurnBasedEnv
 from agora.envs.support import ROLES, SupportEnv, support_metrics, support_scores
 from agora.envs.support_agents import SupportGuesser, SupportOracle, SupportRouter

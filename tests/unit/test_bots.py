@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from agora.agents.bots import MinimaxBot, RandomBot, make_bot
+from agora.agents.bots import MinimaxBot, RandomBot
+from agora.envs.registry import make_bot
 from agora.envs.tictactoe import TicTacToe
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agora.config.run import ConfigError, RunConfig, load_config, parse_config
+from agora.config.base import ConfigError
+from agora.config.run import RunConfig, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "tictactoe_selfplay.yaml"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agora.config.run import ConfigError, parse_config
+from agora.config.base import ConfigError
+from agora.config.run import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {
@@ -52,7 +53,8 @@ def test_shipped_configs_load_with_a_learner_and_scheduled_context_agents(name):
 def test_env_options_default_and_verifier_follows_the_env():
     cfg = parse_config(config(NEGOTIATION, PARTNER))
     assert cfg.environment.negotiation.max_rounds == 4 and cfg.reward.verifier == "deal"
-    assert cfg.environment.story is None and cfg.learner == "learner"
+    assert cfg.environment.options is cfg.environment.negotiation and cfg.learner == "learner"
+    assert not hasattr(cfg.environment, "story")  # only its own env's options section
     story = parse_config(config({"name": "story", "seats": ["learner", "learner"]}))
     assert story.environment.story.judge == "score" and story.reward.verifier == "judge"
     code = parse_config(config({"name": "code_debug", "seats": ["learner"],
@@ -96,7 +98,7 @@ def test_story_options_name_the_bad_field(options, path):
     ({"author_plants_bug": "maybe"}, ["learner", "learner"],
      "environment.code_debug.author_plants_bug"),
     ({"mode": "fixer"}, ["learner", "learner"],
-     "seats: code_debug mode 'fixer' has 1 seats, got 2"),
+     "seats: code_debug (fixer) has 1 seats, got 2"),
 ])
 def test_code_debug_options_name_the_bad_field(options, seats, message):
     assert message in error(

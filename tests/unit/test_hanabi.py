@@ -10,8 +10,7 @@ import statistics
 import pytest
 from textarena.envs.Hanabi.env import HanabiEnv
 
-from agora.agents.bots import make_bot
-from agora.envs import TurnBasedEnv, make_env
+from agora.envs.base import TurnBasedEnv
 from agora.envs.hanabi import (
     COLORS,
     FUSE_TOKENS,
@@ -24,6 +23,7 @@ from agora.envs.hanabi import (
     hanabi_rewards,
     parse_action,
 )
+from agora.envs.registry import make_bot, make_env
 
 
 def new(num_players: int = 2, seed: int = 0) -> Hanabi:

@@ -7,7 +7,8 @@ import torch
 
 from agora.algos.advantages import gae
 from agora.algos.ppo import PPOLearner, TurnSample, collate
-from agora.config.run import AgentConfig, PPOConfig
+from agora.config.agents import AgentConfig
+from agora.config.training import PPOConfig
 from tests.stack_helpers import FP32
 
 

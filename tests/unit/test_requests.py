@@ -4,7 +4,7 @@ and legal-move decoding becomes ``structured_outputs.choice`` in both."""
 
 from __future__ import annotations
 
-from agora.config.run import SamplingConfig
+from agora.config.agents import SamplingConfig
 from agora.serving.requests import chat_request, completion_request
 
 SAMPLING = SamplingConfig(temperature=0.7, top_p=0.9, max_tokens=6, stop=["]"])

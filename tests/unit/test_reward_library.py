@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agora.config.run import ConfigError
+from agora.config.base import ConfigError
 from agora.rewards.schemas import ScoreRequest, VerifyRequest
 from agora.rewards.service import RewardError, RewardService
 from agora.rewards.settings import RewardSettings

@@ -8,7 +8,8 @@ import torch
 
 from agora.algos import shared_prefix
 from agora.algos.ppo import PPOLearner, TurnSample, collate
-from agora.config.run import AgentConfig, PPOConfig
+from agora.config.agents import AgentConfig
+from agora.config.training import PPOConfig
 from agora.envs.tictactoe import TicTacToe
 from tests.stack_helpers import FP32
 

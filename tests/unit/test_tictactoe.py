@@ -9,7 +9,8 @@ import re
 import pytest
 from textarena.envs.TicTacToe.env import TicTacToeEnv
 
-from agora.envs import TurnBasedEnv, make_env
+from agora.envs.base import TurnBasedEnv
+from agora.envs.registry import make_env
 from agora.envs.tictactoe import LINES, TicTacToe, parse_move, render_board, winner_of
 
 # A full-board draw; no line is completed along the way.

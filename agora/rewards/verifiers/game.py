@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agora.envs import make_env
+from agora.envs.registry import make_env
 
 
 class RewardScheme(BaseModel):

@@ -121,7 +121,8 @@ class TaskIndex:
     def tasks(self, config: Path) -> dict[str, Any]:
         config = config.resolve()
         if config not in self._cache:
-            from agora.config.run import ConfigError, load_config
+            from agora.config.base import ConfigError
+            from agora.config.run import load_config
             from agora.data import TaskError, load_tasks
 
             try:

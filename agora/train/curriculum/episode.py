@@ -21,7 +21,7 @@ from agora.train.curriculum.store import CurriculumStore
 
 if TYPE_CHECKING:
     from agora.config.run import RunConfig
-    from agora.envs import TurnBasedEnv
+    from agora.envs.base import TurnBasedEnv
     from agora.rollout.records import EpisodeRecord
 
 PAYLOAD_KEY = "curriculum"

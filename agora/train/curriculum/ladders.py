@@ -34,7 +34,7 @@ from agora.train.curriculum.openings import OPENING_LEVELS, opening
 if TYPE_CHECKING:
     from agora.config.run import RunConfig
     from agora.data.specs import ReasoningGymSpec
-    from agora.envs import TurnBasedEnv
+    from agora.envs.base import TurnBasedEnv
 
 
 class Ladder(Protocol):

@@ -1,0 +1,67 @@
+"""The ``workers``, ``services``, ``judge`` and ``eval`` sections: where the stack runs and how it
+is evaluated."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from agora.config.base import StrictModel
+
+
+class WorkersConfig(StrictModel):
+    count: int = Field(1, ge=1, le=64)
+    concurrency: int = Field(8, ge=1, le=256, description="episodes in flight per worker")
+    # Episodes queued ahead of the trainer; bounded so rollouts never run far past max_staleness.
+    queue_ahead: int = Field(64, ge=1)
+    # Seconds after which a task taken by a dead worker goes back to the queue.
+    visibility_timeout: int = Field(60, ge=5)
+    # Prometheus metrics of worker i on metrics_port + i (embedded stack); null: none.
+    metrics_port: int | None = Field(8210, ge=1024, le=65535 - 64)
+
+    def metrics_ports(self) -> list[int]:
+        return [] if self.metrics_port is None else [
+            self.metrics_port + i for i in range(self.count)]
+
+
+class ServicesConfig(StrictModel):
+    host: str = "127.0.0.1"
+    redis_port: int = Field(6390, ge=1024, le=65535)
+    reward_port: int = Field(8201, ge=1024, le=65535)
+    gateway_port: int = Field(8200, ge=1024, le=65535)
+    trainer_metrics_port: int = Field(8202, ge=1024, le=65535)
+    # Seconds the finished trainer keeps its metrics endpoint up before it exits, so that
+    # Prometheus (scraping every 5 s) records the last updates' values instead of losing them.
+    trainer_final_scrape_s: float = Field(12.0, ge=0, le=600)
+    judge_port: int = Field(8203, ge=1024, le=65535)
+    health_timeout_s: float = Field(300.0, gt=0)
+    # `agora up` restarts a crashed policy server or embedded Redis this many times (each) before
+    # it stops everything (agora/stack/supervisor.py); other services stop everything at once.
+    restarts: int = Field(3, ge=0, le=100)
+    # Where a service is reached when it is not at `host`: compose and k8s give each service its
+    # own DNS name (keys: the names of RunConfig.all_ports(), or `policy` for every policy
+    # server). `host` stays the address the trainer binds its metrics to (0.0.0.0 in a
+    # container). Usually set by the deployment via AGORA_SERVICES (agora/stack/deployment.py).
+    hosts: dict[str, str] = Field(default_factory=dict)
+
+
+class JudgeConfig(StrictModel):
+    """The judge service of the embedded stack (see agora/judge/settings.py for its env)."""
+
+    # 'rubric': deterministic text-feature scores (no model). 'llm': ask a model through an
+    # OpenAI-compatible server: `model` names a key of `models` (its policy server's base
+    # model judges, locally) unless `base_url` points at another server.
+    backend: Literal["rubric", "llm"] = "rubric"
+    model: str | None = None
+    base_url: str | None = None
+    served_model: str = Field("base", description="model name to ask for at base_url")
+
+
+class EvalConfig(StrictModel):
+    games: int = Field(200, ge=1)
+    tasks: int = Field(100, ge=1, description="held-out tasks per discussion evaluation")
+    # Scripted bots of the game (GAME_BOTS), or "self": the agent in every seat (for
+    # cooperative games, e.g. Hanabi's self-play score).
+    opponents: list[str] = Field(default_factory=lambda: ["random", "minimax"])
+

@@ -1,0 +1,70 @@
+"""The ``ppo`` (the algorithm) and ``trainer`` (budget, checkpoints, compute) sections."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agora.algos.compute import ComputeConfig, refuse_bf16_field
+from agora.config.base import StrictModel
+
+
+class PPOConfig(StrictModel):
+    """Token-level PPO on LoRA (see agora/algos/ppo.py for how each knob enters the loss)."""
+
+    learning_rate: float = Field(5e-4, gt=0.0, lt=1.0)
+    value_learning_rate: float = Field(1e-3, gt=0.0, lt=1.0)
+    # Linear learning-rate anneal over the budget (trainer.max_updates or max_minutes, whichever
+    # is further along), as in CleanRL's ppo.py: the policy lr ends at learning_rate times this.
+    # 1.0 keeps it constant. Why: late updates at full lr kept moving a policy that had already
+    # learned the game (KL to the base still rising), so the final adapter varied run to run.
+    final_lr_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    batch_turns: int = Field(32, ge=1, description="agent turns per update")
+    minibatch_turns: int = Field(16, ge=1, description=">= batch_turns: the whole batch at once")
+    epochs: int = Field(1, ge=1, le=16)
+    # How advantages are normalised: over the whole batch, or within each role (seat) of a
+    # shared policy. Per role is the "role-conditioned advantage" of self-play in games whose
+    # seats differ (Tic-Tac-Toe's first mover wins more; Hanabi's seats see different hands):
+    # each role's turns are judged against that role's own typical outcome, so the policy is
+    # not pushed towards whatever the luckier seat happened to do.
+    advantage_norm: Literal["batch", "role"] = "batch"
+    clip_range: float = Field(0.2, gt=0.0, lt=1.0)
+    kl_coef: float = Field(0.02, ge=0.0)
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    entropy_coef: float = Field(0.0, ge=0.0)
+    max_staleness: int = Field(1, ge=0, description="drop episodes older than this many versions")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_fields(cls, data):
+        return refuse_bf16_field(data)
+
+
+# The fields that left ``ppo:`` for ``trainer:`` (they are about the run, not the algorithm).
+# A config that still has them under ``ppo:`` (a run folder written before the move) is read
+# with them moved, so old runs still evaluate and resume.
+MOVED_TO_TRAINER = ("checkpoint_every", "max_updates", "max_minutes", "torch_threads",
+                    "pin_cpus", "nice")
+
+
+class TrainerConfig(ComputeConfig):
+    """The ``trainer:`` section: the budget, checkpoints, and where and how learners compute
+    (device, dtype, attention, processes: agora/algos/compute.py)."""
+
+    max_updates: int | None = Field(None, ge=1)
+    max_minutes: float | None = Field(None, gt=0.0)
+    checkpoint_every: int = Field(1, ge=1)
+    # CPU only (a learner on a GPU leaves them alone): torch threads, pinning and niceness.
+    torch_threads: int = Field(1, ge=1, description="vLLM keeps the other core busy")
+    # Pin the trainer to the last `torch_threads` CPUs: vLLM's CPU engine binds the first ones,
+    # and an unpinned trainer was measured time-slicing with it on the same core.
+    pin_cpus: bool = True
+    # The trainer's CPU niceness. vLLM's engine-core and API processes and the rollout workers
+    # are light but latency-bound, and they share the trainer's core: at equal priority they
+    # waited behind each PPO update and rollouts stalled (measured: 40 s between updates of
+    # 20 s). A niced trainer yields to them at once and still gets the rest of the core.
+    nice: int = Field(10, ge=0, le=19)
+
