@@ -35,10 +35,10 @@ import math
 import random
 import re
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
-from agora.envs.spec import EnvOptions, EnvSpec, known_rubric
+from agora.envs.spec import EnvOptions, EnvSpec, RubricName
 
 AGENT_NAMES = ("alice", "bob", "carol")
 ITEM_KINDS = ("books", "hats", "balls", "pens", "cups", "apples")
@@ -377,12 +377,7 @@ class NegotiationOptions(EnvOptions):
     max_rounds: int = Field(4, ge=1, le=20, description="rounds without a deal = no deal")
     fairness: float = Field(0.0, ge=0.0, le=10.0)
     coherence: float = Field(0.0, ge=0.0, le=10.0)
-    rubric: str = Field("dialogue", description="judge rubric of the coherence score")
-
-    @field_validator("rubric")
-    @classmethod
-    def _known_rubric(cls, name: str) -> str:
-        return known_rubric(name)
+    rubric: RubricName = Field("dialogue", description="judge rubric of the coherence score")
 
 
 def build(section, payload: dict) -> Negotiation:

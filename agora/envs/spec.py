@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from agora.envs.base import TurnBasedEnv
 
@@ -111,7 +111,7 @@ def load(ref: Any) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def known_rubric(name: str) -> str:
+def _known_rubric(name: str) -> str:
     """A named judge rubric (agora/judge/rubrics.py), or ValueError listing them."""
     # Imported here, not at the top: the judge package's settings import the config.
     from agora.judge.rubrics import NAMED_RUBRICS
@@ -119,3 +119,7 @@ def known_rubric(name: str) -> str:
     if name not in NAMED_RUBRICS:
         raise ValueError(f"unknown rubric '{name}'; built-in rubrics: {sorted(NAMED_RUBRICS)}")
     return name
+
+
+# An options field naming a judge rubric, checked against the built-in ones.
+RubricName = Annotated[str, AfterValidator(_known_rubric)]

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
-from agora.envs.spec import EnvOptions, EnvSpec, known_rubric
+from agora.envs.spec import EnvOptions, EnvSpec, RubricName
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS, ScoreRequest
 
 PREMISES = (
@@ -205,14 +205,9 @@ class StoryOptions(EnvOptions):
     premise: str | None = Field(None, min_length=1, max_length=500,
                                 description="fixed premise; default: one per seed")
     judge: Literal["score", "pairwise", "both"] = "score"
-    rubric: str = "story"
+    rubric: RubricName = "story"
     story_weight: float = Field(0.5, ge=0.0, le=1.0)
     baseline: str = Field("template_writer", description="story context agent for pairwise")
-
-    @field_validator("rubric")
-    @classmethod
-    def _known_rubric(cls, name: str) -> str:
-        return known_rubric(name)
 
     @field_validator("baseline")
     @classmethod
