@@ -131,6 +131,12 @@ class PPOLearner:
         self.parallel = parallel
         self.agent = agent
         self.ppo = ppo
+        # The temperature the agent samples at: the learner scores tokens under the same
+        # distribution (logits / T), the one vLLM sampled from and reports logprobs of
+        # (``--logprobs-mode processed_logprobs``), so PPO's ratio and KL are of the policy that
+        # acted. Without it, at T = 0.8 the first ratio of a token was p_1(x) / p_0.8(x), not 1.
+        # Greedy (T = 0) samples no distribution; its tokens are scored at T = 1.
+        self.temperature = agent.sampling.temperature or 1.0
         self.model_path = model_path
         self._masker = None  # built on the first constrained turn (needs xgrammar)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -277,11 +283,13 @@ class PPOLearner:
         order = batch.index(sorted(range(len(flat_order)), key=flat_order.__getitem__))
         return torch.cat(hidden_pieces)[order], torch.cat(logit_pieces)[order]
 
-    @staticmethod
-    def _logprobs(logits: torch.Tensor, labels: torch.Tensor,
+    def _logprobs(self, logits: torch.Tensor, labels: torch.Tensor,
                   allowed: torch.Tensor | None = None):
-        """Logprob of each action token and the policy's entropy there; with ``allowed``, both
-        under the distribution vLLM sampled from (renormalised over the allowed tokens)."""
+        """Logprob of each action token and the policy's entropy there, under the distribution
+        vLLM sampled from: at the agent's temperature and, with ``allowed``, renormalised over
+        the allowed tokens."""
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         if allowed is not None:
             logits = logits.masked_fill(~allowed, float("-inf"))
         logp_all = F.log_softmax(logits, dim=-1)

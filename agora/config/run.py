@@ -129,6 +129,11 @@ class RunConfig(StrictModel):
                 raise ValueError(
                     f"agents.{agent.name}.sampling.legal_actions_only: '{env}' takes free text; "
                     f"only games list their legal actions ({sorted(GAME_BOTS)})")
+            if agent.trainable and agent.sampling.top_p < 1.0:
+                raise ValueError(
+                    f"agents.{agent.name}.sampling.top_p: a trainable agent samples with top_p "
+                    "1.0 (temperature is fine): PPO scores each token under the distribution "
+                    "it was sampled from, and the learner does not reproduce top-p's cut")
         if self.reward.team_credit == "to_go" and env not in COOPERATIVE_GAMES:
             raise ValueError(f"reward.team_credit: 'to_go' needs a cooperative game with a team "
                              f"score ({sorted(COOPERATIVE_GAMES)}), not '{env}'")

@@ -39,6 +39,10 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str,
         "--port",
         str(cfg.port),
         "--disable-uvicorn-access-log",
+        # Logprobs of the distribution a token was sampled from (after temperature), which
+        # the learner reproduces (agora/algos/ppo.py); vLLM's default is the raw (T = 1) one.
+        "--logprobs-mode",
+        "processed_logprobs",
         *(["--dtype", dtype] if (dtype := serving_dtype(cfg.dtype)) != "auto" else []),
         *(["--block-size", str(cfg.block_size)] if cfg.block_size else []),
         *cfg.extra_args,

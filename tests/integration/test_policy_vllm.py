@@ -1,7 +1,9 @@
 """Our side of the policy-server contract, against a real vLLM CPU server on tiny-random.
 
 - vLLM's behaviour logprobs for a LoRA agent match a PEFT forward pass of the same adapter (the
-  PPO ratio is only meaningful if they do). Tolerance: 2e-3 nats per token, both sides fp32.
+  PPO ratio is only meaningful if they do), at temperature 1 and below it (vLLM reports the
+  logprobs of the tempered distribution it sampled from, the learner scores logits / T), and the
+  first PPO ratio is 1. Tolerance: 2e-3 nats per token, both sides fp32.
 - A hot-swap (``load_inplace``) changes the agent's answers, and requests in flight complete.
 """
 
@@ -27,10 +29,11 @@ MESSAGES = [
 ]
 
 
-def perturbed_learner(tiny_model: str, seed: int, layers: list[int] | None = None
-                      ) -> PPOLearner:
-    agent = AgentConfig(name="alice", base="m", lora_rank=8, lora_alpha=16, lora_layers=layers)
-    learner = PPOLearner(tiny_model, agent, PPOConfig(), seed=seed,
+def perturbed_learner(tiny_model: str, seed: int, layers: list[int] | None = None,
+                      temperature: float = 1.0, ppo: PPOConfig | None = None) -> PPOLearner:
+    agent = AgentConfig(name="alice", base="m", lora_rank=8, lora_alpha=16, lora_layers=layers,
+                        sampling=SamplingConfig(temperature=temperature))
+    learner = PPOLearner(tiny_model, agent, ppo or PPOConfig(), seed=seed,
                          compute=FP32)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -69,6 +72,32 @@ def test_vllm_logprobs_match_peft_forward_of_same_adapter(
         assert diff < LOGPROB_ATOL, f"prompt {i}: max |Δlogp| = {diff:.2e}"
         checked += len(ours)
     assert checked >= 3
+
+
+def test_at_temperature_0_7_the_learner_scores_what_vllm_sampled_and_the_first_ratio_is_1(
+    vllm_tiny, admin, tiny_model, tmp_path
+):
+    url, _ = vllm_tiny
+    ppo = PPOConfig(batch_turns=6, minibatch_turns=6, epochs=1, kl_coef=0.02)
+    learner = perturbed_learner(tiny_model, seed=6, temperature=0.7, ppo=ppo)
+    admin.load_adapter("tempered", str(learner.save_adapter(tmp_path / "tempered")))
+    policy = client(url, learner, "tempered", temperature=0.7)
+    samples = []
+    for messages in MESSAGES * 2:
+        gen = asyncio.run(policy.generate(messages, prefill="["))
+        samples.append(TurnSample(gen.prompt_token_ids, gen.completion_token_ids, gen.logprobs,
+                                  reward=float(len(samples) % 2)))
+    vllm_logp = torch.tensor([x for s in samples for x in s.behaviour_logprobs])
+    ours = torch.tensor([x for s in samples for x in learner.sequence_logprobs(s)])
+    assert (ours - vllm_logp).abs().max().item() < LOGPROB_ATOL
+    # The same adapter scored at T = 1 (what the learner did before) is a different policy.
+    untempered = perturbed_learner(tiny_model, seed=6, temperature=1.0, ppo=ppo)
+    raw = torch.tensor([x for s in samples for x in untempered.sequence_logprobs(s)])
+    assert (raw - vllm_logp).abs().max().item() > 50 * LOGPROB_ATOL
+    # One minibatch, one epoch: the ratio is taken before the step, so it is exactly 1.
+    stats = learner.update(samples)
+    assert stats["ratio"] == pytest.approx(1.0, abs=2e-3)
+    assert stats["clipfrac"] == pytest.approx(0.0)
 
 
 def test_adapter_changes_answers_and_base_differs(vllm_tiny, admin, tiny_model, tmp_path):

@@ -149,6 +149,15 @@ def test_lora_rank_above_the_servers_max_lora_rank(tmp_path, example):
     assert "models.smol.max_lora_rank=8" in message
 
 
+def test_a_trainable_agent_samples_the_whole_distribution(tmp_path, example):
+    example["agents"][0].setdefault("sampling", {})["top_p"] = 0.9
+    assert "agents.player.sampling.top_p: a trainable agent samples with top_p 1.0" in \
+        config_error(tmp_path, example)
+    example["agents"][0]["trainable"] = False  # a frozen agent may sample as it likes
+    example["environment"]["seats"] = ["player", "player"]
+    assert RunConfig.model_validate(example).agents[0].sampling.top_p == 0.9
+
+
 def test_service_port_clashing_with_a_policy_server(tmp_path, example):
     # Ports have defaults in code (policy servers 8100): the shipped file sets none.
     example["services"] = {"reward_port": 8100}
