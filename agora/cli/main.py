@@ -23,8 +23,8 @@ from rich.table import Table
 from agora.cli.keys import keys_app
 from agora.cli.reflection import reflect_app
 from agora.cli.verifier import verifier_app
-from agora.config.run import ConfigError, RunConfig, load_config
-from agora.envs.registry import ENV_METRICS
+from agora.config.base import ConfigError
+from agora.config.run import RunConfig, load_config
 from agora.rollout.stream import RunKeys
 from agora.stack.launcher import LaunchError, Stack, make_stack
 from agora.stack.procs import ServiceFailed
@@ -99,14 +99,14 @@ def progress_table(stack: Stack, started: float) -> Table:
                   caption=f"{elapsed / 60:.1f} min  |  updates {state.get('update', 0)}  |  "
                           f"episodes {episodes} ({episodes / max(elapsed, 1e-6):.2f}/s)  |  "
                           f"logs {stack.run_dir / 'logs'}")
-    env = stack.cfg.environment.name
-    if env == "discussion":
+    spec = stack.cfg.environment.spec
+    if spec.evaluation == "discussion":
         columns = {"version": "policy_version", "reward": "reward_mean",
                    "acc turn 1": "accuracy_first", "acc last turn": "accuracy_last",
                    "answer parsed": "legal_rate", "KL": "kl", "update s": "update_s"}
-    elif env in ENV_METRICS:  # negotiation, story, code_debug: their own metrics
+    elif spec.metrics:  # Hanabi, negotiation, story, code_debug, support: their own metrics
         columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
-                   **{m.replace("_", " "): m for m in ENV_METRICS[env]},
+                   **{m.replace("_", " "): m for m in spec.metrics},
                    "KL": "kl", "update s": "update_s"}
         if "pool" in stack.cfg.environment.opponents:
             columns["pool Elo"] = "pool_elo"
@@ -222,8 +222,8 @@ def _score_cell(row: dict) -> str:
 
 def ask_gateway_for_move(stack: Stack, agent: str) -> None:
     """Show a position, ask the trained agent through the gateway's OpenAI API, print its move."""
-    from agora.envs import make_env
     from agora.envs.base import legal_completions
+    from agora.envs.registry import make_env
     from agora.envs.tictactoe import TicTacToe, render_board
     from agora.serving.requests import chat_request
 
@@ -261,7 +261,7 @@ def demo(
 ) -> None:
     """Train for a bounded budget, then print a before/after table and query the gateway."""
     from agora.envs.registry import GAME_BOTS
-    from agora.evaluation.matches import evaluate
+    from agora.evaluation.games import evaluate
     from agora.serving.client import PolicyAdmin
     from agora.serving.weights import adapter_dir
 
@@ -271,7 +271,7 @@ def demo(
         console.print(f"[bold red]config error[/]: agents.{full[0]}.finetune: demo compares "
                       "adapter versions; train a full-weight agent with `agora up`")
         raise typer.Exit(2)
-    if cfg.environment.name not in GAME_BOTS:
+    if not cfg.environment.spec.is_game:
         console.print(f"[bold red]config error[/]: environment.name: demo evaluates games "
                       f"({sorted(GAME_BOTS)}); train '{cfg.environment.name}' with `agora up`, "
                       "compare discussions with `agora compare`")
@@ -328,7 +328,7 @@ def compare(
     )
 
     cfg = _load(config, overrides)
-    if cfg.environment.name != "discussion":
+    if cfg.environment.spec.evaluation != "discussion":
         console.print("[bold red]config error[/]: environment.name: compare needs a discussion")
         raise typer.Exit(2)
     if minutes is not None and updates is not None:
@@ -408,6 +408,7 @@ def eval_(
         resolve_target,
         run_evaluation,
     )
+    from agora.evaluation.context import terminal_progress
 
     options = EvalOptions(games=games, k=k, snapshots=snapshots, tasks=tasks, seed=seed,
                           output=output, port_base=port_base,
@@ -417,8 +418,10 @@ def eval_(
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         target = resolve_target(path, config, agent)
-        report, out_dir = run_evaluation(target, options,
-                                         on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"))
+        with terminal_progress() as on_progress:  # bars per phase when stderr is a terminal
+            report, out_dir = run_evaluation(
+                target, options, on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"),
+                on_progress=on_progress)
     except EvalInputError as err:
         console.print(f"[bold red]eval error[/]: {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -455,7 +458,8 @@ def support_eval(
     from agora.evaluation.support import run_support_eval
 
     cfg = _load(config, overrides)
-    if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
+    options = getattr(cfg.environment, "support", None)  # a config has its own env's only
+    if options is None or any(lv not in (1, 2, 3) for lv in level):
         console.print("[bold red]support-eval[/]: needs a support config and --level 1, 2 or 3")
         raise typer.Exit(2)
     if split not in ("all", "test", "train"):

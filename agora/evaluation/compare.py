@@ -8,16 +8,23 @@ it alone for the same time? Both arms start from the same base and adapter setti
 
 Each arm trains for ``minutes`` through the full stack, then is evaluated on the same held-out
 tasks: the single agent answering alone, and the discussion after turn 1 and after the last turn.
+The held-out numbers are MAPoRL's: accuracy after each round (``DiscussionResult``) of one
+discussion per task, played and verified by the evaluation's discussion loop
+(``discussion.sample_discussions``, the one ``agora eval`` samples pass@k from).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agora.config.run import RunConfig, parse_config
-from agora.evaluation.rounds import DiscussionResult, evaluate_discussion
+from agora.data import load_tasks
+from agora.evaluation.context import EvalContext, open_http
+from agora.evaluation.discussion import Answer, sample_discussions
+from agora.evaluation.stats import wilson
 from agora.serving.vllm_server import SERVED_BASE_NAME
 
 
@@ -50,6 +57,71 @@ def multi_agent_config(cfg: RunConfig) -> RunConfig:
     data = cfg.model_dump(mode="json")
     data["name"] = f"{cfg.name}-multi"
     return parse_config(data, "<multi-agent arm>")
+
+
+@dataclass
+class DiscussionResult:
+    """Accuracy after each round of one discussion per held-out task (an arm's before/after)."""
+
+    rounds: int
+    seats: int
+    tasks: int = 0
+    # correct[r][s]: how many tasks seat s answered right in round r
+    correct: list[list[int]] = field(default_factory=list)
+    parsable: int = 0
+    answers: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.correct:
+            self.correct = [[0] * self.seats for _ in range(self.rounds)]
+
+    @classmethod
+    def of(cls, answers: list[list[list[list[Answer]]]], rounds: int, seats: int
+           ) -> DiscussionResult:
+        """From ``sample_discussions``' answers[task][sample][round][seat], every sample
+        counted as a task of its own (``evaluate_discussion`` samples one)."""
+        result = cls(rounds=rounds, seats=seats)
+        for grid in (sample for task in answers for sample in task):
+            result.tasks += 1
+            for r, row in enumerate(grid):
+                for seat, answer in enumerate(row):
+                    result.correct[r][seat] += answer.correct
+                    result.parsable += answer.parsable
+                    result.answers += 1
+        return result
+
+    def accuracy(self, round_index: int) -> float:
+        answers = self.tasks * self.seats
+        return sum(self.correct[round_index]) / answers if answers else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        n = self.tasks * self.seats
+        return {
+            "tasks": self.tasks,
+            "accuracy_by_round": [round(self.accuracy(r), 4) for r in range(self.rounds)],
+            "turn1": self.accuracy(0),
+            "last": self.accuracy(self.rounds - 1),
+            "last_ci95": wilson(sum(self.correct[-1]), n),
+            "parsable_rate": self.parsable / self.answers if self.answers else 0.0,
+        }
+
+
+def evaluate_discussion(cfg: RunConfig, adapters: dict[str, str], limit: int | None = None,
+                        concurrency: int = 8) -> DiscussionResult:
+    """Accuracy per round on the config's held-out (test) tasks, one discussion each;
+    ``adapters`` maps each seated agent to the adapter name to ask for (its latest, or a
+    pinned version like ``alice-v0``)."""
+    if cfg.environment.task is None:
+        raise ValueError("environment.task: no task source to evaluate on")
+    tasks = load_tasks(cfg.environment.task, split="test", limit=limit or cfg.eval.tasks)
+
+    async def main() -> DiscussionResult:
+        async with open_http(concurrency) as http:
+            ctx = EvalContext(cfg, http, concurrency)
+            answers = await sample_discussions(ctx, adapters, tasks, k=1)
+        return DiscussionResult.of(answers, cfg.environment.rounds, len(cfg.environment.seats))
+
+    return asyncio.run(main())
 
 
 @dataclass

@@ -16,6 +16,10 @@ answers right:
 Intervals are 95% Wilson intervals: pass@k and maj@k over the tasks x seats outcomes; pass@1
 over all tasks x seats x k answers (the k answers of a task are not independent, so this one is
 narrower than it should be).
+
+``sample_discussions`` is the one discussion loop of the evaluation: ``agora eval`` samples k
+per task, ``agora compare`` one per task for its accuracy after each round
+(``compare.DiscussionResult``).
 """
 
 from __future__ import annotations
@@ -30,13 +34,17 @@ from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import majority_vote, pass_at_k, rate
 from agora.rewards.verifiers.math import extract_final_answer, verify_math
 from agora.rewards.verifiers.nli import verify_nli
-from agora.rollout.runner import run_episode
 
 
 @dataclass(frozen=True)
 class Answer:
     correct: bool
     final: Hashable | None  # what the vote counts: the extracted answer or label
+
+    @property
+    def parsable(self) -> bool:
+        """The verifier found an answer (a number or expression, or a label) in the text."""
+        return self.final is not None
 
 
 def check_answer(text: str, task: Task, memo: dict | None = None) -> Answer:
@@ -59,23 +67,25 @@ def check_answer(text: str, task: Task, memo: dict | None = None) -> Answer:
 
 
 async def sample_discussions(ctx: EvalContext, served: dict[str, str], tasks: list[Task],
-                             k: int) -> list[list[list[list[Answer]]]]:
-    """answers[task][sample][round][seat] for ``k`` discussions of every task."""
+                             k: int, label: str = "discussions"
+                             ) -> list[list[list[list[Answer]]]]:
+    """answers[task][sample][round][seat] for ``k`` discussions of every task, the config's
+    seats asking ``served[agent]``; progress shows as the phase ``label``."""
     seats = list(ctx.cfg.environment.seats)
     rounds = ctx.cfg.environment.rounds
     memo: dict = {}
+    advance = ctx.start_phase(f"{label}: {len(tasks)} tasks x {k}", len(tasks) * k)
 
     async def one(t: int, task: Task, sample: int) -> list[list[Answer]]:
         env = Discussion(DiscussionTask(task.task_id, task.kind, task.question),
                          num_agents=len(seats), rounds=rounds)
         players = [ctx.llm_player(agent, served[agent]) for agent in seats]
-        async with ctx.gate:
-            record = await run_episode(env, players, run_id="eval",
-                                       episode_id=f"eval-{t}-{sample}", seed=t * 1000 + sample)
+        record = await ctx.play(env, players, f"eval-{t}-{sample}", t * 1000 + sample)
         grid: list[list[Answer]] = [[] for _ in range(rounds)]
         for index, turn in enumerate(record.turns):
             grid[index // len(seats)].append(await asyncio.to_thread(check_answer, turn.text,
                                                                      task, memo))
+        advance()
         return grid
 
     flat = await asyncio.gather(*(one(t, task, s) for t, task in enumerate(tasks)

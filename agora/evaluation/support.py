@@ -3,7 +3,8 @@
 One served model (the base, ``base``, or a trained adapter's name) plays all three desks, as in
 ``configs/support_tools.yaml``; episodes run concurrently so vLLM can batch them. No Redis,
 Celery or reward service: the support task's scorer needs none (the truth is in the episode).
-Used for the before/after numbers of a run: ``agora support-eval CONFIG --level 1``.
+Used for the before/after numbers of a run: ``agora support-eval CONFIG --level 1``. Episodes
+are played through the evaluation's ``EvalContext`` like every other evaluation's.
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from agora.config.run import RunConfig
 from agora.envs.support import support_scores
 from agora.envs.support_options import build_support_env
 from agora.envs.support_tasks import make_task, task_split
+from agora.evaluation.context import EvalContext, open_http
 from agora.evaluation.stats import wilson
-from agora.rollout.runner import LLMPlayer, run_episode
-from agora.serving.client import PolicyAdmin, PolicyClient, load_tokenizer
+from agora.serving.client import PolicyAdmin
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 
@@ -65,46 +64,38 @@ def eval_seeds(level: int, episodes: int, seed: int, split: str | None) -> list[
     return seeds
 
 
-async def play_support(cfg: RunConfig, agent: str, served: str, episodes: int, level: int,
-                       concurrency: int = 8, seed: int = 30_000,
-                       split: str | None = None) -> SupportEval:
-    opts = cfg.environment.support
+async def play_support(ctx: EvalContext, agent: str, served: str, episodes: int, level: int,
+                       seed: int = 30_000, split: str | None = None) -> SupportEval:
+    opts = getattr(ctx.cfg.environment, "support", None)  # only a support config has it
     if opts is None:
         raise ValueError("the config's environment is not 'support'")
     seeds = eval_seeds(level, episodes, seed, split)
-    agent_cfg = cfg.agent(agent)
-    tokenizer = load_tokenizer(resolve_model(cfg.models[agent_cfg.base].model))
     result = SupportEval(level)
-    async with httpx.AsyncClient(timeout=300,
-                                 limits=httpx.Limits(max_connections=concurrency)) as http:
-        client = PolicyClient(cfg.policy_url(agent), served, tokenizer, agent_cfg.sampling,
-                              http=http)
-        gate = asyncio.Semaphore(concurrency)
+    advance = ctx.start_phase(f"support level {level}", episodes)
 
-        async def one(index: int) -> None:
-            env = build_support_env(opts, {"seed": seeds[index]})
-            env.level = level
-            player = LLMPlayer(agent, client, prefill=cfg.environment.prefill)
-            async with gate:
-                record = await run_episode(env, [player] * 3, run_id="support-eval",
-                                           episode_id=f"support-eval-{index}",
-                                           seed=seeds[index])
-            info = record.info
-            scores = support_scores(info)
-            result.episodes += 1
-            result.successes += bool(scores["success"])
-            result.calls += int(scores["calls"])
-            result.accurate_calls += int(scores["accurate_calls"])
-            result.llm_turns += len(record.turns)
-            result.legal_turns += sum(t.legal for t in record.turns)
-            result.handed_off += bool(info["handoffs"])
-            result.answered += info["answer"] is not None
-            result.marked += bool(info["answer_marked"])
-            if len(result.examples) < 3:
-                result.examples.append({"question": info["question"], "truth": info["truth"],
-                                        "turns": [t.text for t in record.turns]})
+    async def one(index: int) -> None:
+        env = build_support_env(opts, {"seed": seeds[index]})
+        env.level = level
+        player = ctx.llm_player(agent, served)
+        record = await ctx.play(env, [player] * 3, f"support-eval-{index}", seeds[index],
+                                run_id="support-eval")
+        advance()
+        info = record.info
+        scores = support_scores(info)
+        result.episodes += 1
+        result.successes += bool(scores["success"])
+        result.calls += int(scores["calls"])
+        result.accurate_calls += int(scores["accurate_calls"])
+        result.llm_turns += len(record.turns)
+        result.legal_turns += sum(t.legal for t in record.turns)
+        result.handed_off += bool(info["handoffs"])
+        result.answered += info["answer"] is not None
+        result.marked += bool(info["answer_marked"])
+        if len(result.examples) < 3:
+            result.examples.append({"question": info["question"], "truth": info["truth"],
+                                    "turns": [t.text for t in record.turns]})
 
-        await asyncio.gather(*(one(i) for i in range(episodes)))
+    await asyncio.gather(*(one(i) for i in range(episodes)))
     return result
 
 
@@ -127,13 +118,19 @@ def policy_server(cfg: RunConfig, agent: str, port: int | None = None) -> Iterat
 
 
 def evaluate_support(cfg: RunConfig, episodes: int, levels: list[int], agent: str | None = None,
-                     served: str = SERVED_BASE_NAME, split: str | None = None
-                     ) -> list[SupportEval]:
+                     served: str = SERVED_BASE_NAME, split: str | None = None,
+                     concurrency: int = 8) -> list[SupportEval]:
     """``episodes`` per level with ``served`` (a running server at the config's URL); with
     ``split`` ('train' or 'test', see ``support_tasks.task_split``) on that share only."""
-    agent = agent or cfg.agents[0].name
-    return [asyncio.run(play_support(cfg, agent, served, episodes, level, split=split))
-            for level in levels]
+    name = agent or cfg.agents[0].name
+
+    async def main() -> list[SupportEval]:
+        async with open_http(concurrency) as http:
+            ctx = EvalContext(cfg, http, concurrency)
+            return [await play_support(ctx, name, served, episodes, level, split=split)
+                    for level in levels]
+
+    return asyncio.run(main())
 
 
 def run_support_eval(cfg: RunConfig, episodes: int, levels: list[int],

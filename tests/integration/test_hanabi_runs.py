@@ -146,7 +146,7 @@ def test_reward_service_replays_a_three_player_game(reward_url):
     # The same actions as a 2-player game deal other hands: replayed, they do not fit, or
     # a seat count the game does not have is refused with a message.
     bad = httpx.post(f"{reward_url}/v1/verify", json={**body, "num_seats": 7}, timeout=30)
-    assert bad.status_code == 422 and "2-5 players" in bad.text
+    assert bad.status_code == 422 and "hanabi has 2-5 seats, got 7" in bad.text
 
 
 def test_make_env_sets_the_player_count_and_refuses_a_fixed_games_wrong_count():
