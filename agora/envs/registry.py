@@ -85,7 +85,6 @@ def make_bot(name: str):
 # Views the rest of the code reads.
 GAME_BOTS: dict[str, tuple[str, ...]] = {s.name: tuple(s.bots) for s in SPECS if s.bots}
 GAME_BOTS_ALL: tuple[str, ...] = tuple(b for bots in GAME_BOTS.values() for b in bots)
-GAME_SEATS: dict[str, tuple[int, int]] = {s.name: s.seats for s in SPECS if s.bots}
 COOPERATIVE_GAMES: tuple[str, ...] = tuple(s.name for s in SPECS if s.cooperative)
 CONTEXT_ENVS: tuple[str, ...] = tuple(s.name for s in SPECS if s.context_seats)
 ENV_VERIFIERS: dict[str, tuple[str, ...]] = {s.name: s.verifiers for s in SPECS}
