@@ -1,4 +1,5 @@
-"""Advantages from per-token rewards: GAE over each turn's tokens, then whitening.
+"""Advantages: GAE over each turn's tokens from per-token rewards, then whitening; or, without
+a critic, each turn's reward against its group's (GRPO, RLOO).
 
 Both run as whole-tensor operations on the learner's device. GAE is a reverse scan over the
 *columns* of a [turns x tokens] grid (one vector step per token position, as TRL and CleanRL
@@ -8,7 +9,7 @@ update on an H100 for 17k tokens, and was 3x slower on GPU tensors than on CPU o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
@@ -51,3 +52,37 @@ def whiten_by_group(x: torch.Tensor, group: torch.Tensor, groups: int | None = N
     var = squares / (count - 1).clamp(min=1)
     whitened = centred / (var.sqrt()[group] + 1e-8)
     return torch.where(count[group] >= 2, whitened, x)
+
+
+def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable | None],
+                     kind: str) -> list[float]:
+    """Critic-free advantages of turns from their groups (samples of one prompt).
+
+    ``rloo``: reward - the mean of the group's other rewards (REINFORCE leave-one-out; an
+    unbiased baseline). ``grpo``: (reward - group mean) / group std (DeepSeekMath's GRPO; std
+    with Bessel's correction, 0 when every reward is equal). Both sum to 0 over a group. A turn
+    alone in its group (None, or its group's other samples landed in another batch) has no
+    baseline and gets 0: it pushes the policy nowhere rather than by its raw reward. Host-side
+    lists: a batch has tens of turns, and the result is one number per turn.
+    """
+    members: dict[Hashable, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(("single", i) if group is None else group, []).append(i)
+    out = [0.0] * len(rewards)
+    for rows in members.values():
+        n = len(rows)
+        if n < 2:
+            continue
+        values = [float(rewards[i]) for i in rows]
+        total = sum(values)
+        mean = total / n
+        if kind == "rloo":
+            for i, r in zip(rows, values, strict=True):
+                out[i] = r - (total - r) / (n - 1)
+        elif kind == "grpo":
+            std = (sum((r - mean) ** 2 for r in values) / (n - 1)) ** 0.5
+            for i, r in zip(rows, values, strict=True):
+                out[i] = (r - mean) / (std + 1e-6) if std > 0 else 0.0
+        else:
+            raise ValueError(f"unknown group advantage '{kind}' (grpo or rloo)")
+    return out

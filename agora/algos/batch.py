@@ -32,6 +32,9 @@ class TurnSample:
     role: str = ""
     # Legal-action decoding: the completions vLLM restricted this turn to (None: free text).
     choices: list[str] | None = None
+    # Samples of the same prompt (ppo.group_size episodes of one seed or task; the same role
+    # and turn number): what grpo / rloo compare its reward with. None: a group of its own.
+    group: str | None = None
 
 
 @dataclass

@@ -59,7 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from agora.algos import distributed, shared_prefix
-from agora.algos.advantages import gae, whiten_by_group
+from agora.algos.advantages import gae, group_advantages, whiten_by_group
 from agora.algos.batch import Batch, TurnSample, collate
 from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.algos.distributed import DataParallel
@@ -378,21 +378,35 @@ class PPOLearner:
         with torch.no_grad():
             values = self.value_head(features)
 
-        # 2. Per-token rewards (KL penalty + the turn's reward on its last token), then GAE
-        #    over each turn's tokens, laid out as a [turns, tokens] grid; then whitening, per
-        #    role with ``advantage_norm: role`` (statistics over every process's tokens).
+        # 2. Advantages. With the critic (gae): per-token rewards (KL penalty + the turn's
+        #    reward on its last token), then GAE over each turn's tokens, laid out as a [turns,
+        #    tokens] grid; then whitening, per role with ``advantage_norm: role`` (statistics
+        #    over every process's tokens). Without (grpo, rloo): the turn's reward against the
+        #    other samples of its prompt.
         old_logp = batch.behaviour_logprobs
         kl = old_logp - ref_logp if ref_logp is not None else torch.zeros_like(old_logp)
-        token_rewards = -ppo.kl_coef * kl + batch.is_last * batch.rewards[batch.seq_of_token]
-        adv_grid, ret_grid = gae(batch.to_grid(token_rewards), batch.to_grid(values), ppo.gamma,
-                                 ppo.gae_lambda)
-        advantages, returns = batch.from_grid(adv_grid), batch.from_grid(ret_grid)
-        roles = sorted({s.role for s in samples}) if ppo.advantage_norm == "role" else [""]
-        role_ids = {role: i for i, role in enumerate(roles)}
-        group_of_token = batch.index([role_ids.get(samples[r].role, 0) for r in mine
-                                      for _ in range(actions[r])])
-        advantages = whiten_by_group(advantages, group_of_token, len(roles),
-                                     self.parallel.all_reduce_sum)
+        critic = ppo.advantage == "gae"
+        if critic:
+            token_rewards = -ppo.kl_coef * kl + batch.is_last * batch.rewards[batch.seq_of_token]
+            adv_grid, ret_grid = gae(batch.to_grid(token_rewards), batch.to_grid(values),
+                                     ppo.gamma, ppo.gae_lambda)
+            advantages, returns = batch.from_grid(adv_grid), batch.from_grid(ret_grid)
+            roles = sorted({s.role for s in samples}) if ppo.advantage_norm == "role" else [""]
+            role_ids = {role: i for i, role in enumerate(roles)}
+            group_of_token = batch.index([role_ids.get(samples[r].role, 0) for r in mine
+                                          for _ in range(actions[r])])
+            advantages = whiten_by_group(advantages, group_of_token, len(roles),
+                                         self.parallel.all_reduce_sum)
+        else:
+            # grpo / rloo: every token of a turn gets the turn's advantage against its group
+            # (computed over the whole batch: every process sees every sample's reward), less
+            # its own KL to the reference. No critic: the value head is not trained.
+            turn_adv = group_advantages([s.reward for s in samples], [s.group for s in samples],
+                                        ppo.advantage)
+            host = torch.tensor([turn_adv[r] for r in mine for _ in range(actions[r])],
+                                dtype=torch.float32)
+            advantages = host.to(self.device, non_blocking=True) - ppo.kl_coef * kl
+            returns = values
 
         # 3. PPO epochs over minibatches of turns. Statistics stay on the device until the end
         #    (one sync per optimizer step: the finite-gradient check). Each loss is a sum over
@@ -440,11 +454,14 @@ class PPOLearner:
                     skipped_steps += 1
                 self.scaler.update()
 
-                v_pred = self.value_head(features[tokens])
-                vf_loss = (v_pred - returns[tokens]).square().sum() * scale
-                self.value_opt.zero_grad(set_to_none=True)
-                vf_loss.backward()
-                self.value_opt.step()
+                if critic:
+                    v_pred = self.value_head(features[tokens])
+                    vf_loss = (v_pred - returns[tokens]).square().sum() * scale
+                    self.value_opt.zero_grad(set_to_none=True)
+                    vf_loss.backward()
+                    self.value_opt.step()
+                else:
+                    vf_loss = torch.zeros((), device=self.device)
 
                 ratio = ratio.detach()
                 stats["pg_loss"].append(pg_loss.detach())

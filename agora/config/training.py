@@ -29,6 +29,13 @@ class PPOConfig(StrictModel):
     # each role's turns are judged against that role's own typical outcome, so the policy is
     # not pushed towards whatever the luckier seat happened to do.
     advantage_norm: Literal["batch", "role"] = "batch"
+    # Where a turn's advantage comes from. gae: the critic (value head) and GAE over the turn's
+    # tokens. grpo / rloo: no critic; the turn's reward against the other samples of the same
+    # prompt (group_size episodes of one seed or task, sent together; turns compared by role and
+    # turn number): grpo (reward - group mean) / group std, rloo reward - the mean of the
+    # others. A token's KL to the reference is subtracted from its advantage (kl_coef).
+    advantage: Literal["gae", "grpo", "rloo"] = "gae"
+    group_size: int = Field(1, ge=1, le=64, description="episodes per seed or task")
     clip_range: float = Field(0.2, gt=0.0, lt=1.0)
     kl_coef: float = Field(0.02, ge=0.0)
     gamma: float = Field(1.0, ge=0.0, le=1.0)
@@ -41,6 +48,13 @@ class PPOConfig(StrictModel):
     @classmethod
     def _moved_fields(cls, data):
         return refuse_bf16_field(data)
+
+    @model_validator(mode="after")
+    def _groups_for_critic_free(self) -> PPOConfig:
+        if self.advantage != "gae" and self.group_size < 2:
+            raise ValueError(f"group_size: advantage '{self.advantage}' compares samples of the "
+                             "same prompt, so it needs group_size >= 2 (e.g. 4)")
+        return self
 
 
 # The fields that left ``ppo:`` for ``trainer:`` (they are about the run, not the algorithm).

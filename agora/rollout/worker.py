@@ -247,6 +247,8 @@ def play(payload: dict) -> str:
         record.info["clock"] = clock  # the update index the scheduled context agents saw
     if "snapshot" in payload:
         record.info["snapshot"] = payload["snapshot"]
+    if "group" in payload:  # one of ppo.group_size episodes of this seed (grpo / rloo)
+        record.info["group"] = payload["group"]
     curriculum.label(record, payload)  # info["curriculum"]: the level it was played at
     if not score_episode(cfg, record):  # negotiation, story, code_debug: agora/rollout/scoring
         apply_verdict(record, verify(cfg, verification_request(cfg, record, payload)),

@@ -78,13 +78,22 @@ class EpisodeFeed:
         ahead = self.cfg.workers.queue_ahead
         ready = len(self.backlog) + self.stream.undelivered(limit=ahead)
         want = ahead - self.stream.outstanding() - ready
-        for _ in range(max(0, want)):
-            index = int(self.r.incr(self.stream.keys.episode_index))
+        size = self.cfg.ppo.group_size
+        while want > 0:
+            # A group of ``group_size`` episodes (1 without grouping), sent together so they
+            # land in one batch: the same seed, task, opponent and seat, each its own id.
+            last = int(self.r.incrby(self.stream.keys.episode_index, size))
+            first = last - size + 1
             task = self.rng.choice(self.tasks) if self.tasks else None
-            payload = episode_payload(self.cfg, self.run_id, index, self.rng, self.redis_url,
+            payload = episode_payload(self.cfg, self.run_id, first, self.rng, self.redis_url,
                                       task, self.draw_snapshot)
-            self.delivery.send(payload)
-            self.r.incr(self.stream.keys.episodes_enqueued)
+            for member in range(size):
+                episode = dict(payload) if size == 1 else {
+                    **payload, "episode_id": f"{self.run_id}-{first + member:08d}",
+                    "group": f"{first}"}
+                self.delivery.send(episode)
+            self.r.incr(self.stream.keys.episodes_enqueued, size)
+            want -= size
 
     def collect(self, versions: Mapping[str, int],
                 budget_spent: Callable[[], bool]) -> Collected | None:
@@ -111,7 +120,11 @@ class EpisodeFeed:
                 got.entry_ids.append(entry_id)
                 got.records.append(record)
                 TRAINER_EPISODES_CONSUMED.inc()
+                group = record.info.get("group")
+                ordinal: dict[tuple[str, str], int] = {}  # each seat's turn number
                 for turn in record.turns:
+                    key = (turn.agent, turn.role)
+                    ordinal[key] = ordinal.get(key, 0) + 1
                     if turn.agent not in got.turns or not turn.completion_token_ids:
                         continue
                     age = versions[turn.agent] - (turn.policy_version or 0)
@@ -127,5 +140,8 @@ class EpisodeFeed:
                         version=turn.policy_version or 0,
                         role=turn.role,
                         choices=turn.choices,
+                        # The same prompt: the group's episode, role and turn number.
+                        group=(f"{group}/{turn.role}/{ordinal[key]}" if group is not None
+                               else None),
                     ))
         return got

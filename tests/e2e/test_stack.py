@@ -27,9 +27,11 @@ from tests.stack_helpers import (
 
 def test_full_loop_trains_publishes_and_serves(tmp_path):
     # The learner spans two processes (torchrun + FSDP2 over gloo: a multi-GPU trainer's code
-    # path); the other stack tests run the one-process trainer.
+    # path); the other stack tests run the one-process trainer. Critic-free (rloo, groups of 2
+    # episodes per seed) here; the other stack and env tests train with the critic (gae).
     cfg = tiny_config(trainer={"max_updates": 3, "device": "cpu", "dtype": "fp32",
                                "processes": 2},
+                      ppo={"advantage": "rloo", "group_size": 2},
                       tracking={"report_to": ["tensorboard"]})
     stack = make_stack(cfg, "loop", False, runs_root=tmp_path)
     pids: list[int] = []
@@ -75,6 +77,14 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         assert record.results and all(r in {"win", "loss", "draw", "illegal"}
                                       for r in record.results)
         assert client.xpending(keys.stream, "trainer")["pending"] == 0  # all acked
+        # Sent in groups of two episodes of one seed; no critic trained.
+        seeds_of_group: dict[str, list[int]] = {}
+        for _, fields in entries:
+            episode = EpisodeRecord.model_validate_json(fields[b"record"])
+            seeds_of_group.setdefault(str(episode.info["group"]), []).append(episode.seed)
+        assert all(len(set(seeds)) == 1 for seeds in seeds_of_group.values())
+        assert max(len(seeds) for seeds in seeds_of_group.values()) == 2
+        assert all(r["agents"]["player"]["vf_loss"] == 0 for r in rows)
 
         # The trained agent answers through the gateway by name, with the latest adapter.
         gw = f"http://127.0.0.1:{cfg.services.gateway_port}"

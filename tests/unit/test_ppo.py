@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agora.algos.advantages import gae
+from agora.algos.advantages import gae, group_advantages
 from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
@@ -125,3 +125,54 @@ def test_learning_rate_anneals_linearly_over_the_budget(tiny_model):
     constant = PPOLearner(tiny_model, agent, PPOConfig(learning_rate=1e-3),
                           compute=FP32)
     assert constant.set_budget_progress(0.9) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_group_advantages_sum_to_zero_within_each_group(kind):
+    rewards = [1.0, -1.0, 0.0, 1.0, 0.5, 0.5, 3.0, 2.0]
+    groups = ["a", "a", "a", "a", "b", "b", None, "c"]
+    adv = group_advantages(rewards, groups, kind)
+    assert sum(adv[:4]) == pytest.approx(0.0, abs=1e-9)
+    assert adv[4:6] == [0.0, 0.0]  # equal rewards: nothing to prefer
+    assert adv[6:] == [0.0, 0.0]  # alone in its group: no baseline, no push
+    assert adv[0] > 0 > adv[1] and adv[0] == pytest.approx(adv[3])
+    if kind == "rloo":  # reward minus the mean of the others
+        assert adv[0] == pytest.approx(1.0 - (-1.0 + 0.0 + 1.0) / 3)
+    else:  # standardised within the group
+        group = torch.tensor(rewards[:4])
+        assert adv[1] == pytest.approx(((group[1] - group.mean()) / group.std()).item(), rel=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_critic_free_advantages_learn_the_bandit_and_leave_the_critic_alone(tiny_model, kind):
+    agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
+    ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, advantage=kind,
+                    group_size=8, kl_coef=0.01)
+    learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
+    tok = learner.tokenizer
+    good = tok.encode("A", add_special_tokens=False)[0]
+    bad = tok.encode("B", add_special_tokens=False)[0]
+    probe = _bandit_samples(learner, good, bad, 2)[0]
+    before = learner.sequence_logprobs(probe)[0]
+    critic = [p.detach().clone() for p in learner.value_head.parameters()]
+    for _ in range(4):
+        samples = _bandit_samples(learner, good, bad, 8)
+        for sample in samples:
+            sample.group = "same-prompt"
+        stats = learner.update(samples)
+    assert learner.sequence_logprobs(probe)[0] > before + 0.5
+    assert stats["vf_loss"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(critic, learner.value_head.parameters(),
+                                                 strict=True))
+    # Ungrouped, the same batch has no baseline: every advantage is 0 and (no KL term, no
+    # earlier steps' momentum) nothing moves.
+    fresh = PPOLearner(tiny_model, agent, ppo.model_copy(update={"kl_coef": 0.0}),
+                       compute=FP32)
+    still = fresh.sequence_logprobs(probe)[0]
+    fresh.update(_bandit_samples(fresh, good, bad, 8))
+    assert fresh.sequence_logprobs(probe)[0] == pytest.approx(still, abs=1e-6)
+
+
+def test_critic_free_advantages_need_groups():
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        PPOConfig(advantage="grpo")

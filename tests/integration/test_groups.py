@@ -1,0 +1,76 @@
+"""grpo / rloo need samples of the same prompt in one batch: the trainer's feed sends
+``ppo.group_size`` episodes of one seed (and task, opponent, seat) together, and labels each turn
+with its group, role and turn number. On a real Redis and Celery publisher."""
+
+from __future__ import annotations
+
+import uuid
+
+import redis
+
+from agora.rollout.delivery import Delivery
+from agora.rollout.records import EpisodeRecord, Turn
+from agora.rollout.stream import EpisodeStream
+from agora.rollout.worker import TASK_NAME
+from agora.train.feed import EpisodeFeed
+from tests.stack_helpers import tiny_config
+
+
+def _feed(redis_url: str, **ppo) -> tuple[EpisodeFeed, EpisodeStream, str]:
+    cfg = tiny_config(ppo={"batch_turns": 4, "minibatch_turns": 4, **ppo},
+                      workers={"queue_ahead": 6})
+    run_id = f"groups-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    stream = EpisodeStream(client, run_id)
+    stream.ensure_group()
+    feed = EpisodeFeed(cfg, run_id, redis_url, client, stream)
+    queue = f"rollouts-{run_id}"  # a queue of its own: no worker of another test takes these
+    feed.delivery = Delivery(stream, feed.celery, TASK_NAME, queue)
+    return feed, stream, queue
+
+
+def test_a_group_is_sent_together_with_one_seed_opponent_and_seat(redis_url):
+    feed, stream, queue = _feed(redis_url, advantage="rloo", group_size=3)
+    feed.top_up()
+    payloads = sorted((e["payload"] for e in stream.unfinished_sent().values()),
+                      key=lambda p: p["episode_id"])
+    assert len(payloads) == 6 and len({p["episode_id"] for p in payloads}) == 6
+    groups: dict[str, list[dict]] = {}
+    for payload in payloads:
+        groups.setdefault(payload["group"], []).append(payload)
+    assert sorted(len(g) for g in groups.values()) == [3, 3]
+    for members in groups.values():
+        assert len({(p["seed"], p["opponent"], p["learner_seat"]) for p in members}) == 1
+    assert len({p["seed"] for p in payloads}) == 2  # the two groups: two seeds
+    redis.Redis.from_url(redis_url).delete(queue)
+
+
+def test_without_groups_every_episode_has_its_own_seed(redis_url):
+    feed, stream, queue = _feed(redis_url)
+    feed.top_up()
+    payloads = [e["payload"] for e in stream.unfinished_sent().values()]
+    assert len(payloads) == 6 and len({p["seed"] for p in payloads}) == 6
+    assert not any("group" in p for p in payloads)
+    redis.Redis.from_url(redis_url).delete(queue)
+
+
+def _turn(seat: int, role: str, reward: float) -> Turn:
+    return Turn(seat=seat, agent="player", role=role, text="[1]", policy_version=0,
+                prompt_token_ids=[1, 2], completion_token_ids=[3], behaviour_logprobs=[-0.5],
+                reward=reward)
+
+
+def test_collected_turns_are_labelled_by_group_role_and_turn_number(redis_url):
+    feed, stream, queue = _feed(redis_url, advantage="grpo", group_size=2)
+    for n, reward in enumerate((1.0, -1.0)):
+        record = EpisodeRecord(run_id=feed.run_id, episode_id=f"{feed.run_id}-{n}",
+                               env="tictactoe", seed=7, seats=["player", "player"],
+                               turns=[_turn(0, "X", reward), _turn(1, "O", -reward),
+                                      _turn(0, "X", reward)],
+                               info={"group": "1"})
+        assert stream.append_once(record)
+    got = feed.collect({"player": 0}, budget_spent=lambda: False)
+    assert got is not None
+    groups = [t.group for t in got.turns["player"]]
+    assert groups == ["1/X/1", "1/O/1", "1/X/2"] * 2
+    redis.Redis.from_url(redis_url).delete(queue)
