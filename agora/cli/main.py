@@ -489,12 +489,14 @@ def support_sft(
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """SFT the config's first agent on the scripted oracle desks' transcripts (train-share
-    questions only), for PPO to start from (agents[].init_adapter); logic: agora/support_sft.py."""
+    questions only), for PPO to start from (agents[].init_adapter); logic:
+    agora/train/support_sft.py."""
     from agora.reflection.config import TrainStageConfig
     from agora.train.support_sft import oracle_examples, train_support_sft
 
     cfg = _load(config, overrides)
-    if cfg.environment.support is None or any(lv not in (1, 2, 3) for lv in level):
+    if getattr(cfg.environment, "support", None) is None or any(lv not in (1, 2, 3)
+                                                                for lv in level):
         console.print("[bold red]support-sft[/]: needs a support config and --level 1, 2 or 3")
         raise typer.Exit(2)
     examples = oracle_examples(cfg, episodes, list(level))
@@ -507,6 +509,48 @@ def support_sft(
     console.print_json(json.dumps(summary))
     console.print(f"[green]written[/] {out}; measure it with `agora support-eval {config} "
                   f"--adapter {out} --split test`")
+
+@app.command("warm-start")
+def warm_start(
+    config: Path = typer.Argument(..., help="a run config"),
+    out: Path = typer.Option(..., help="where to write the adapter folder"),
+    agent: str = typer.Option(None, help="the agent to warm-start (default: the learner)"),
+    episodes: int = typer.Option(200, min=1, help="demonstration episodes"),
+    epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
+    learning_rate: float = typer.Option(1e-3, min=1e-7, max=1.0),
+    batch_size: int = typer.Option(8, min=1),
+    max_steps: int = typer.Option(None, min=1, help="stop after this many optimizer steps"),
+    threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),
+    overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
+) -> None:
+    """SFT an agent on the env's demonstrators (a game's best bot, a context agent, a task's
+    answer), for PPO to start from: --set agents.N.init_adapter=OUT (agora/train/warm_start.py)."""
+    from agora.reflection.config import TrainStageConfig
+    from agora.train.warm_start import demonstrations, train_sft_adapter
+
+    cfg = _load(config, overrides)
+    name = agent or cfg.learner or cfg.agents[0].name
+    try:
+        cfg.agent(name)
+        examples = demonstrations(cfg, name, episodes)
+    except KeyError:
+        console.print(f"[bold red]warm-start[/]: --agent: no agent '{escape(name)}' "
+                      f"({[a.name for a in cfg.agents]})")
+        raise typer.Exit(2) from None
+    except ValueError as err:
+        console.print(f"[bold red]warm-start[/]: {escape(str(err))}")
+        raise typer.Exit(2) from None
+    console.print(f"[cyan]>[/] {len(examples)} demonstrated turns of {name} from {episodes} "
+                  "episodes")
+    stage = TrainStageConfig(learning_rate=learning_rate, epochs=epochs, batch_size=batch_size,
+                             max_steps=max_steps, threads=threads, max_length=1024)
+    summary = train_sft_adapter(cfg, name, examples, out, stage, "warm start",
+                                log=lambda line: console.print(escape(line)))
+    console.print_json(json.dumps(summary))
+    index = [a.name for a in cfg.agents].index(name)
+    console.print(f"[green]written[/] {out}; train from it with `agora up {config} --set "
+                  f"agents.{index}.init_adapter={out}`")
+
 
 if __name__ == "__main__":
     app()

@@ -439,6 +439,7 @@ SPEC = EnvSpec(
     "code_debug", seats=(1, 2), build=build, options=CodeDebugOptions,
     roles=lambda opts: ["author", "fixer"] if opts.mode == "pair" else ["fixer"],
     context_seats=True, verifiers=("code_tests",),
+    demonstrators=("buggy_author", "oracle_fixer"),
     scorer="agora.rollout.scoring:score_code_debug", evaluation="episodes", sandboxed=True,
     metrics={
         "pass_rate": "code_debug: share of hidden tests the agent's code passes",

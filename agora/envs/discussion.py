@@ -120,4 +120,5 @@ def check(section) -> None:
 
 SPEC = EnvSpec(
     "discussion", seats=(1, 5), build=build, check=check, verifiers=("math", "nli"),
+    demonstrators=("task_answer",),
     evaluation="discussion", play=DefaultPlay("", 128, ("\n\n",)))

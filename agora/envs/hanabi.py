@@ -427,6 +427,6 @@ SPEC = EnvSpec(
     "hanabi", seats=(2, 5), make=lambda seats: Hanabi(num_players=seats),
     bots={"hanabi_random": "agora.agents.bots:HanabiRandomBot",
           "hanabi_simple": "agora.agents.bots:HanabiSimpleBot"},
-    cooperative=True, evaluation="duplicate",
+    cooperative=True, evaluation="duplicate", demonstrators=("hanabi_simple",),
     metrics={"hanabi_score": "hanabi: the team's fireworks at the end, 0-25 (0-n after a forfeit)"},
     play=DefaultPlay("[", 14, ("\n",)))

@@ -386,6 +386,7 @@ def build(section, payload: dict) -> Negotiation:
 
 SPEC = EnvSpec(
     "negotiation", seats=(2, 3), build=build, options=NegotiationOptions, context_seats=True,
+    demonstrators=("fair",),
     verifiers=("deal",), scorer="agora.rollout.scoring:score_negotiation",
     evaluation="episodes", judged=True, metrics={
         "deal_rate": "negotiation: share of episodes ending in a deal",

@@ -64,6 +64,10 @@ class EnvSpec:
     # Scripted bots that can fill the other seats (name -> class or "module:Class"): a game.
     # They are opponents in training ("environment.opponents") and evaluation ("eval.opponents").
     bots: dict[str, Callable[[], Any] | str] = field(default_factory=dict)
+    # Who demonstrates it for warm starts (agora/train/warm_start.py): bot or context agent
+    # names (each seat takes the first that fits its role), or "task_answer" (the task's
+    # ground truth).
+    demonstrators: tuple[str, ...] = ()
     # The whole table wins or loses together, with a running team score (reward.team_credit).
     cooperative: bool = False
     # Seats may be scripted context agents (``context:<name>``).

@@ -227,6 +227,7 @@ def build(section, payload: dict) -> StoryWriting:
 
 SPEC = EnvSpec(
     "story", seats=(2, 3), build=build, options=StoryOptions, context_seats=True,
+    demonstrators=("template_writer",),
     verifiers=("judge",), scorer="agora.rollout.scoring:score_story",
     evaluation="episodes", judged=True, metrics={
         "judge_score": "story: judge's 0..1 score of the agent's paragraphs",

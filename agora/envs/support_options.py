@@ -93,6 +93,7 @@ SPEC = EnvSpec(
     "support", seats=(3, 3), build=lambda section, payload: build_support_env(section.support,
                                                                               payload),
     options=SupportOptions, roles=lambda opts: list(ROLES), context_seats=True,
+    demonstrators=("support_oracle",),
     verifiers=("tool_task",), scorer="agora.rollout.scoring:score_support",
     evaluation="episodes", metrics={
         "task_success": "support: share of episodes whose final answer is right",

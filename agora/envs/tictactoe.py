@@ -152,4 +152,5 @@ class TicTacToe:
 SPEC = EnvSpec(
     "tictactoe", seats=(2, 2), make=lambda seats: TicTacToe(),
     bots={"random": "agora.agents.bots:RandomBot", "minimax": "agora.agents.bots:MinimaxBot"},
+    demonstrators=("minimax",),
     evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))

@@ -26,6 +26,8 @@ class ServiceFailed(RuntimeError):
         super().__init__(f"{name}: {message}")
         self.name = name
         self.log_tail = log_tail
+        if log_tail:  # shown under a traceback (a test's failure), not in str() (the CLI's line)
+            self.add_note(f"last lines of {name}'s log:\n{log_tail}")
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

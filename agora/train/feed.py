@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -58,6 +59,11 @@ class EpisodeFeed:
         self.tasks: list[Task] = []
         # Draws a pool opponent for an episode (opponents: {pool: w}); set once the pool exists.
         self.draw_snapshot: Callable[[random.Random], dict] | None = None
+        # Episodes of a group (ppo.group_size) waiting for the rest of it: grpo / rloo compare
+        # a group's samples within one batch, so a group joins a batch whole. Held entries stay
+        # pending in the stream (unacked), so a --resume reads them again.
+        self.held: dict[str, list[tuple[str, EpisodeRecord]]] = {}
+        self.held_since: dict[str, float] = {}
 
     def load_training_tasks(self) -> None:
         if self.cfg.environment.task is not None:
@@ -98,7 +104,8 @@ class EpisodeFeed:
     def collect(self, versions: Mapping[str, int],
                 budget_spent: Callable[[], bool]) -> Collected | None:
         """Read episodes until every trainable agent has a batch, dropping turns more than
-        ``max_staleness`` versions behind ``versions``; None if the budget ran out."""
+        ``max_staleness`` versions behind ``versions``; None if the budget ran out. An episode
+        of a group (``ppo.group_size``) joins the batch with the rest of its group."""
         trainable = [a.name for a in self.cfg.trainable_agents]
         got = Collected(turns={a: [] for a in trainable})
         ppo = self.cfg.ppo
@@ -117,31 +124,69 @@ class EpisodeFeed:
                     # fast rollouts run, so the policy changes as often as the trainer can.
                     self.backlog = entries[position:]
                     break
-                got.entry_ids.append(entry_id)
-                got.records.append(record)
-                TRAINER_EPISODES_CONSUMED.inc()
-                group = record.info.get("group")
-                ordinal: dict[tuple[str, str], int] = {}  # each seat's turn number
-                for turn in record.turns:
-                    key = (turn.agent, turn.role)
-                    ordinal[key] = ordinal.get(key, 0) + 1
-                    if turn.agent not in got.turns or not turn.completion_token_ids:
-                        continue
-                    age = versions[turn.agent] - (turn.policy_version or 0)
-                    if age > ppo.max_staleness:
-                        got.dropped_stale += 1
-                        TRAINER_TURNS_DROPPED.inc()
-                        continue
-                    got.turns[turn.agent].append(TurnSample(
-                        prompt_ids=turn.prompt_token_ids,
-                        completion_ids=turn.completion_token_ids,
-                        behaviour_logprobs=turn.behaviour_logprobs,
-                        reward=turn.reward,
-                        version=turn.policy_version or 0,
-                        role=turn.role,
-                        choices=turn.choices,
-                        # The same prompt: the group's episode, role and turn number.
-                        group=(f"{group}/{turn.role}/{ordinal[key]}" if group is not None
-                               else None),
-                    ))
+                for ready_id, ready in self._whole_groups(entry_id, record):
+                    self._add(got, ready_id, ready, versions)
+            for ready_id, ready in self._overdue_groups():
+                self._add(got, ready_id, ready, versions)
         return got
+
+    def _whole_groups(self, entry_id: str, record: EpisodeRecord
+                      ) -> list[tuple[str, EpisodeRecord]]:
+        """The episodes ready for a batch once ``record`` arrived: itself (no group), nothing
+        (its group is incomplete), or its whole group."""
+        group = record.info.get("group")
+        if group is None or self.cfg.ppo.group_size < 2:
+            return [(entry_id, record)]
+        key = str(group)
+        members = self.held.setdefault(key, [])
+        self.held_since.setdefault(key, time.monotonic())
+        members.append((entry_id, record))
+        if len(members) < self.cfg.ppo.group_size:
+            return []
+        self.held_since.pop(key, None)
+        return self.held.pop(key)
+
+    def _overdue_groups(self) -> list[tuple[str, EpisodeRecord]]:
+        """Groups still incomplete after three visibility timeouts (a member failed for good,
+        or is being retried): released as they are, so nothing waits forever; a turn without
+        group-mates then gets no advantage."""
+        limit = 3 * self.cfg.workers.visibility_timeout
+        now = time.monotonic()
+        late = [k for k, since in self.held_since.items() if now - since > limit]
+        out: list[tuple[str, EpisodeRecord]] = []
+        for key in late:
+            self.held_since.pop(key)
+            out.extend(self.held.pop(key))
+        return out
+
+    def _add(self, got: Collected, entry_id: str, record: EpisodeRecord,
+             versions: Mapping[str, int]) -> None:
+        """One episode into the batch: its trainable agents' turns, less the stale ones."""
+        ppo = self.cfg.ppo
+        got.entry_ids.append(entry_id)
+        got.records.append(record)
+        TRAINER_EPISODES_CONSUMED.inc()
+        group = record.info.get("group")
+        ordinal: dict[tuple[str, str], int] = {}  # each seat's turn number
+        for turn in record.turns:
+            key = (turn.agent, turn.role)
+            ordinal[key] = ordinal.get(key, 0) + 1
+            if turn.agent not in got.turns or not turn.completion_token_ids:
+                continue
+            age = versions[turn.agent] - (turn.policy_version or 0)
+            if age > ppo.max_staleness:
+                got.dropped_stale += 1
+                TRAINER_TURNS_DROPPED.inc()
+                continue
+            got.turns[turn.agent].append(TurnSample(
+                prompt_ids=turn.prompt_token_ids,
+                completion_ids=turn.completion_token_ids,
+                behaviour_logprobs=turn.behaviour_logprobs,
+                reward=turn.reward,
+                version=turn.policy_version or 0,
+                role=turn.role,
+                choices=turn.choices,
+                # The same prompt: the group's episode, role and turn number.
+                group=(f"{group}/{turn.role}/{ordinal[key]}" if group is not None
+                       else None),
+            ))

@@ -19,28 +19,16 @@ and ``agents[].init_adapter`` starts PPO from it.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agora.algos.compute import resolve
 from agora.config.run import RunConfig
 from agora.envs.support import SupportEnv, support_scores
 from agora.envs.support_agents import SupportOracle
 from agora.envs.support_options import SupportOptions, build_support_env
 from agora.envs.support_tasks import task_split
 from agora.reflection.config import TrainStageConfig
-from agora.reflection.training import (
-    load_base,
-    log_callback,
-    lora_config,
-    save_adapter,
-    scratch_dir,
-    torch_threads,
-    trainer_args,
-)
-from agora.serving.model_folders import resolve_model
-from agora.train.tracking import trl_tracking
+from agora.train.warm_start import train_sft_adapter
 
 MAX_SEED_SCAN = 100  # train-share tasks are found within a few seeds; this bounds a bad split
 
@@ -50,7 +38,7 @@ def oracle_examples(cfg: RunConfig, episodes: int, levels: list[int], seed: int 
     """Prompt/completion examples of ``episodes`` oracle episodes per level, on ``split``
     tasks only. Only solved episodes count (the oracle solves all; a failure would be a bug in
     a tool or the task, not a demonstration)."""
-    opts = cfg.environment.support
+    opts = getattr(cfg.environment, "support", None)  # a config has its own env's options only
     if opts is None:
         raise ValueError("environment: support-sft needs environment.name: support")
     oracle, examples = SupportOracle(), []
@@ -83,34 +71,8 @@ def _env_on_split(opts: SupportOptions, level: int, split: str, seed: int) -> Su
 
 def train_support_sft(cfg: RunConfig, examples: list[dict], out: Path, stage: TrainStageConfig,
                       log: Callable[[str], None] = print) -> dict:
-    """One LoRA adapter of the config's first agent's shape, trained on ``examples`` with TRL's
-    SFTTrainer (loss on the completion only); written to ``out``."""
-    from datasets import Dataset
-    from transformers.trainer_callback import PrinterCallback
-    from trl import SFTConfig, SFTTrainer
-
+    """The config's first agent's adapter, SFT on the oracle's ``examples`` (the same trainer
+    as every warm start: agora/train/warm_start.py)."""
     if not examples:
         raise ValueError("no SFT examples: the oracle solved no episode")
-    agent = cfg.agents[0]
-    model_name = cfg.models[agent.base].model
-    placement = resolve(cfg.trainer, agent.device)
-    model, tokenizer = load_base(resolve_model(model_name), placement)
-    history: list[dict] = []
-    started = time.monotonic()
-    tracked = trl_tracking(cfg.tracking, out.parent / "tensorboard" / out.name)
-    with scratch_dir() as scratch, torch_threads(stage.threads), tracked as report_to:
-        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement, report_to),
-                         completion_only_loss=True)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
-                             processing_class=tokenizer, peft_config=lora_config(agent),
-                             callbacks=[log_callback(log, history, "support sft")])
-        trainer.remove_callback(PrinterCallback)
-        result = trainer.train()
-    losses = [h["loss"] for h in history if "loss" in h]
-    summary = {"examples": len(examples), "steps": result.global_step,
-               "seconds": round(time.monotonic() - started, 1),
-               "first_loss": losses[0] if losses else None,
-               "final_loss": losses[-1] if losses else result.training_loss}
-    save_adapter(trainer.model, out, {"stage": "support-sft", "agent": agent.name,
-                                      "base_model": model_name, **summary})
-    return summary
+    return train_sft_adapter(cfg, cfg.agents[0].name, examples, out, stage, "support sft", log)

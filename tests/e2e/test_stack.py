@@ -27,11 +27,17 @@ from tests.stack_helpers import (
 
 def test_full_loop_trains_publishes_and_serves(tmp_path):
     # The learner spans two processes (torchrun + FSDP2 over gloo: a multi-GPU trainer's code
-    # path); the other stack tests run the one-process trainer. Critic-free (rloo, groups of 2
+    # path); the other stack tests run the one-process trainer. Critic-free (rloo, groups of 4
     # episodes per seed) here; the other stack and env tests train with the critic (gae).
     cfg = tiny_config(trainer={"max_updates": 3, "device": "cpu", "dtype": "fp32",
                                "processes": 2},
-                      ppo={"advantage": "rloo", "group_size": 2},
+                      ppo={"advantage": "rloo", "group_size": 4},
+                      # Legal moves only: the tiny random model's free text is never a legal
+                      # move, so every game would be lost alike and leave rloo nothing to compare.
+                      agents=[{"name": "player", "base": "tiny", "lora_rank": 8,
+                               "lora_alpha": 16,
+                               "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"],
+                                            "legal_actions_only": True}}],
                       tracking={"report_to": ["tensorboard"]})
     stack = make_stack(cfg, "loop", False, runs_root=tmp_path)
     pids: list[int] = []
@@ -59,7 +65,9 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [1, 2, 3]
         assert all(r["agents"]["player"]["turns"] >= 8 for r in rows)
-        assert all(r["agents"]["player"]["grad_norm"] > 0 for r in rows)
+        # rloo has no gradient in an update whose groups all ended alike (p ~ 0.12 each for 4
+        # games); over three updates the policy moved (or the KL to it did) at least once.
+        assert any(r["agents"]["player"]["grad_norm"] > 0 for r in rows)
         # The same rows, at step = update, in TensorBoard's files under the run folder.
         events = EventAccumulator(str(stack.run_dir / "tensorboard"))
         events.Reload()
@@ -76,14 +84,21 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
             len(t.completion_token_ids) == len(t.behaviour_logprobs) > 0 for t in llm_turns)
         assert record.results and all(r in {"win", "loss", "draw", "illegal"}
                                       for r in record.results)
-        assert client.xpending(keys.stream, "trainer")["pending"] == 0  # all acked
-        # Sent in groups of two episodes of one seed; no critic trained.
+        # Every episode an update used is acked; what stays pending is only what no update
+        # used (members of a group still waiting for its siblings when the budget ran out).
+        by_id = dict(entries)
+        pending = {EpisodeRecord.model_validate_json(by_id[p["message_id"]][b"record"]).episode_id
+                   for p in client.xpending_range(keys.stream, "trainer", "-", "+", 1000)}
+        used = {json.loads(x)["episode_id"]
+                for x in (stack.run_dir / "episodes.jsonl").read_text().splitlines()}
+        assert used and not used & pending
+        # Sent in groups of four episodes of one seed; no critic trained.
         seeds_of_group: dict[str, list[int]] = {}
         for _, fields in entries:
             episode = EpisodeRecord.model_validate_json(fields[b"record"])
             seeds_of_group.setdefault(str(episode.info["group"]), []).append(episode.seed)
         assert all(len(set(seeds)) == 1 for seeds in seeds_of_group.values())
-        assert max(len(seeds) for seeds in seeds_of_group.values()) == 2
+        assert max(len(seeds) for seeds in seeds_of_group.values()) == 4
         assert all(r["agents"]["player"]["vf_loss"] == 0 for r in rows)
 
         # The trained agent answers through the gateway by name, with the latest adapter.

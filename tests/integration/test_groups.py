@@ -74,3 +74,30 @@ def test_collected_turns_are_labelled_by_group_role_and_turn_number(redis_url):
     groups = [t.group for t in got.turns["player"]]
     assert groups == ["1/X/1", "1/O/1", "1/X/2"] * 2
     redis.Redis.from_url(redis_url).delete(queue)
+
+
+def _grouped_record(feed: EpisodeFeed, n: int, group: str, reward: float) -> EpisodeRecord:
+    return EpisodeRecord(run_id=feed.run_id, episode_id=f"{feed.run_id}-{n}", env="tictactoe",
+                         seed=7, seats=["player", "player"],
+                         turns=[_turn(0, "X", reward), _turn(1, "O", -reward)],
+                         info={"group": group})
+
+
+def test_a_group_joins_a_batch_whole_and_a_late_one_is_released_as_it_is(redis_url):
+    feed, stream, queue = _feed(redis_url, advantage="rloo", group_size=2)
+    polls = iter(range(3))
+    stop_soon = lambda: next(polls, None) is None  # noqa: E731  (the budget ends after 3 polls)
+    assert stream.append_once(_grouped_record(feed, 0, "a", 1.0))
+    assert stream.append_once(_grouped_record(feed, 1, "b", 1.0))
+    # Two episodes of two groups, each waiting for its sibling: no batch yet (budget ends).
+    assert feed.collect({"player": 0}, budget_spent=stop_soon) is None
+    assert sorted(feed.held) == ["a", "b"]
+    assert stream.append_once(_grouped_record(feed, 2, "a", -1.0))
+    # a's sibling arrives; b waited too long (a member failed for good): released alone.
+    feed.held_since["b"] -= 3 * feed.cfg.workers.visibility_timeout + 1
+    got = feed.collect({"player": 0}, budget_spent=lambda: False)
+    assert got is not None and not feed.held
+    assert sorted(r.episode_id.rsplit("-", 1)[1] for r in got.records) == ["0", "1", "2"]
+    assert sorted(t.group for t in got.turns["player"]) == ["a/O/1", "a/O/1", "a/X/1", "a/X/1",
+                                                            "b/O/1", "b/X/1"]
+    redis.Redis.from_url(redis_url).delete(queue)

@@ -1,0 +1,140 @@
+"""Warm starts from demonstrations, for every env: scripted players' transcripts -> TRL SFT ->
+an adapter that PPO starts from (``agents[].init_adapter``).
+
+Why: a 135M model learns little by PPO where rewarded episodes are rare at the start (the
+support desks went from 4% to 82% success by SFT on the oracle's turns, and PPO alone did not
+move them). Every env names its demonstrators in its spec (``EnvSpec.demonstrators``): a game's
+strongest bot (minimax, Hanabi's simple bot), a context agent that plays the role well (a fair
+negotiator, the template writer, the oracle fixer, the support oracle), or ``task_answer`` (a
+discussion: the task's ground-truth answer in the format the verifier reads). Every seat plays
+a demonstrator; each turn of a seat the agent holds in ``environment.seats`` becomes one example:
+the observation as chat messages -> the demonstrator's text, exactly what the policy writes at
+that step (its prefill included). The adapter has the agent's LoRA shape, so vLLM serves it too.
+
+What this is not: a guarantee of good play (SFT clones the demonstrator as well as a small
+model can), nor held-out data (tasks come from the train split; evaluation uses the test split).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agora.agents.context import CONTEXT_AGENT_FITS, make_context_agent
+from agora.algos.compute import resolve
+from agora.config.run import RunConfig
+from agora.envs.base import TurnBasedEnv, turn_limit
+from agora.envs.spec import EnvSpec
+from agora.reflection.config import TrainStageConfig
+from agora.reflection.training import (
+    load_base,
+    log_callback,
+    lora_config,
+    save_adapter,
+    scratch_dir,
+    torch_threads,
+    trainer_args,
+)
+from agora.rollout.seating import build_env
+from agora.serving.model_folders import resolve_model
+from agora.train.tracking import trl_tracking
+
+TASK_ANSWER = "task_answer"
+
+
+class TaskAnswerer:
+    """A discussion's demonstrator: the task's ground truth, as the answer line the verifier
+    reads (agora/envs/discussion.py ANSWER_FORMAT)."""
+
+    name = TASK_ANSWER
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def act(self, env: TurnBasedEnv, rng: random.Random) -> str:
+        return f"Answer: {self.answer}"
+
+
+def demonstrator(spec: EnvSpec, role: str | None, payload: dict):  # -> a Bot / ContextAgent
+    """The first of the env's demonstrators that can play ``role`` (None: any seat)."""
+    for name in spec.demonstrators:
+        if name == TASK_ANSWER:
+            return TaskAnswerer(str(payload["task"]["answer"]))
+        if name in spec.bots:
+            return spec.bot(name)
+        fit_env, fit_role = CONTEXT_AGENT_FITS.get(name, (None, None))
+        if fit_env == spec.name and (fit_role is None or role is None or fit_role == role):
+            return make_context_agent(name)
+    raise ValueError(f"environment.name: '{spec.name}' has no demonstrator for the "
+                     f"{role or 'any'} seat (EnvSpec.demonstrators: {list(spec.demonstrators)})")
+
+
+def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0) -> list[dict]:
+    """Prompt/completion examples of ``agent``'s seats in ``episodes`` demonstrator episodes
+    (discussions: on the train split's tasks)."""
+    from agora.data import load_tasks
+
+    section = cfg.environment
+    seats = [i for i, name in enumerate(section.seats) if name == agent]
+    if not seats:
+        raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
+                         f"({section.seats})")
+    tasks = load_tasks(section.task, split="train") if section.task is not None else []
+    examples: list[dict] = []
+    for index in range(episodes):
+        payload: dict = {"seed": seed + index}
+        if tasks:
+            payload["task"] = tasks[index % len(tasks)].model_dump(mode="json")
+        env = build_env(cfg, payload)
+        env.reset(payload["seed"])
+        players = [demonstrator(section.spec, role, payload) for role in section.seat_roles()]
+        rng = random.Random(payload["seed"])
+        for _ in range(turn_limit(env)):
+            if env.done:
+                break
+            seat = env.current_seat
+            messages = env.observation(seat)
+            text = players[seat].act(env, rng)
+            if seat in seats:
+                examples.append({"prompt": messages,
+                                 "completion": [{"role": "assistant", "content": text}]})
+            env.step(text)
+    return examples
+
+
+def train_sft_adapter(cfg: RunConfig, agent_name: str, examples: list[dict], out: Path,
+                      stage: TrainStageConfig, label: str,
+                      log: Callable[[str], None] = print) -> dict:
+    """One LoRA adapter of ``agent_name``'s shape, trained on ``examples`` with TRL's
+    SFTTrainer (loss on the completion only), written to ``out`` with a summary."""
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    if not examples:
+        raise ValueError(f"{label}: no examples to learn from")
+    agent = cfg.agent(agent_name)
+    model_name = cfg.models[agent.base].model
+    placement = resolve(cfg.trainer, agent.device)
+    model, tokenizer = load_base(resolve_model(model_name), placement)
+    history: list[dict] = []
+    started = time.monotonic()
+    tracked = trl_tracking(cfg.tracking, out.parent / "tensorboard" / out.name)
+    with scratch_dir() as scratch, torch_threads(stage.threads), tracked as report_to:
+        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement, report_to),
+                         completion_only_loss=True)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
+                             processing_class=tokenizer, peft_config=lora_config(agent),
+                             callbacks=[log_callback(log, history, label)])
+        trainer.remove_callback(PrinterCallback)
+        result = trainer.train()
+    losses = [h["loss"] for h in history if "loss" in h]
+    summary = {"examples": len(examples), "steps": result.global_step,
+               "seconds": round(time.monotonic() - started, 1),
+               "first_loss": losses[0] if losses else None,
+               "final_loss": losses[-1] if losses else result.training_loss}
+    save_adapter(trainer.model, out, {"stage": label, "agent": agent.name,
+                                      "base_model": model_name, **summary})
+    return summary

@@ -1,0 +1,114 @@
+"""Warm starts from demonstrations for every env (agora/train/warm_start.py): each env's spec
+names who demonstrates it, the transcripts are what the agent's seats would write, and the SFT
+adapter is what PPO then starts from."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from typer.testing import CliRunner
+
+from agora.algos.ppo import PPOLearner, TurnSample
+from agora.cli.main import app
+from agora.envs.registry import BUILTIN
+from agora.envs.tictactoe import TicTacToe
+from agora.reflection.config import TrainStageConfig
+from agora.serving.client import render_prompt
+from agora.stack.preflight import model_problems
+from agora.train.warm_start import demonstrations, train_sft_adapter
+from tests.stack_helpers import tiny_config
+
+runner = CliRunner()
+ARITHMETIC = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 40}
+ENVIRONMENTS = {  # the smallest runnable section of each built-in env
+    "tictactoe": {"seats": ["player", "player"]},
+    "hanabi": {"seats": ["player", "player"]},
+    "discussion": {"seats": ["player", "player"], "task": ARITHMETIC, "rounds": 1},
+    "negotiation": {"seats": ["player", "player"]},
+    "story": {"seats": ["player", "player"]},
+    "code_debug": {"seats": ["player"], "code_debug": {"mode": "fixer"}},
+    "support": {"seats": ["player", "player", "player"]},
+}
+VERIFIER = {"discussion": "math"}
+
+
+def env_config(name: str, **agent):
+    return tiny_config(environment={"name": name, "opponents": {"self": 1.0},
+                                    **ENVIRONMENTS[name]},
+                       agents=[{"name": "player", "base": "tiny", "lora_rank": 8,
+                                "lora_alpha": 16, **agent}],
+                       reward={"verifier": VERIFIER.get(name)})
+
+
+def test_every_built_in_env_has_demonstrators():
+    assert set(ENVIRONMENTS) == {spec.name for spec in BUILTIN}
+    assert all(spec.demonstrators for spec in BUILTIN)
+
+
+@pytest.mark.parametrize("name", list(ENVIRONMENTS))
+def test_demonstrations_are_the_agents_turns_played_by_the_envs_demonstrator(name):
+    examples = demonstrations(env_config(name), "player", episodes=2)
+    assert examples
+    for example in examples:
+        assert example["prompt"] and example["prompt"][-1]["role"] in ("user", "system")
+        (completion,) = example["completion"]
+        assert completion["role"] == "assistant" and completion["content"].strip()
+    if name == "discussion":  # the task's ground truth, in the format the verifier reads
+        assert all(e["completion"][0]["content"].startswith("Answer: ") for e in examples)
+
+
+def test_tictactoe_demonstrations_are_minimax_moves_from_both_seats():
+    examples = demonstrations(env_config("tictactoe"), "player", episodes=4, seed=3)
+    # Minimax against itself draws: every game fills the board, 9 moves, all of them ours.
+    assert len(examples) == 4 * 9
+    env = TicTacToe()
+    env.reset(3)
+    first = examples[0]["completion"][0]["content"]
+    assert first in env.legal_actions()
+
+
+def test_unknown_or_unseated_agent_is_refused():
+    with pytest.raises(ValueError, match="--agent: 'nobody' sits in no seat"):
+        demonstrations(env_config("tictactoe"), "nobody", episodes=1)
+
+
+def _completion_logprob(learner: PPOLearner, example: dict) -> float:
+    tok = learner.tokenizer
+    prompt = render_prompt(tok, example["prompt"])
+    completion = tok.encode(example["completion"][0]["content"], add_special_tokens=False)
+    sample = TurnSample(prompt, completion, [0.0] * len(completion), 0.0)
+    return sum(learner.sequence_logprobs(sample)) / len(completion)
+
+
+def test_a_warm_started_learner_starts_from_the_demonstrators_moves(tiny_model, tmp_path):
+    cfg = env_config("tictactoe")
+    examples = demonstrations(cfg, "player", episodes=4)
+    stage = TrainStageConfig(learning_rate=5e-3, epochs=30, batch_size=4, max_steps=30,
+                             threads=2, max_length=512, logging_steps=5)
+    out = tmp_path / "warm"
+    summary = train_sft_adapter(cfg, "player", examples, out, stage, "warm start",
+                                log=lambda _: None)
+    assert summary["steps"] == 30 and summary["final_loss"] < summary["first_loss"]
+    warm_cfg = env_config("tictactoe", init_adapter=str(out))
+    assert model_problems(warm_cfg) == []  # the adapter fits the agent's LoRA shape
+    fresh = PPOLearner(tiny_model, cfg.agents[0], cfg.ppo, compute=cfg.trainer)
+    warm = PPOLearner(tiny_model, warm_cfg.agents[0], warm_cfg.ppo, compute=warm_cfg.trainer)
+    gained = [_completion_logprob(warm, e) - _completion_logprob(fresh, e) for e in examples[:6]]
+    assert min(gained) > 0.5, gained  # nats per token: the demonstrated moves became likely
+
+
+def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text(json.dumps(env_config("tictactoe").model_dump(mode="json")))
+    out = tmp_path / f"warm-{uuid.uuid4().hex[:4]}"
+    result = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
+                                 "--episodes", "2", "--max-steps", "2", "--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert "demonstrated turns of player" in result.output
+    assert (out / "adapter_model.safetensors").is_file()
+    assert "agents.0.init_adapter=" in result.output
+    bad = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
+                              "--agent", "ghost"])
+    assert bad.exit_code == 2 and "no agent 'ghost'" in bad.output
