@@ -441,6 +441,7 @@ SPEC = EnvSpec(
     context_seats=True, verifiers=("code_tests",),
     demonstrators=("buggy_author", "oracle_fixer"),
     scorer="agora.rollout.scoring:score_code_debug", evaluation="episodes", sandboxed=True,
+    success_metric="solved",
     metrics={
         "pass_rate": "code_debug: share of hidden tests the agent's code passes",
         "solved": "code_debug: share of episodes where the agent's code passes every test",

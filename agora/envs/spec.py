@@ -81,6 +81,9 @@ class EnvSpec:
     # Per-agent metrics its scorer reports (name -> what it is): the trainer shows each one's
     # mean over the agent's last 100 episodes in metrics.jsonl, Prometheus and the progress view.
     metrics: dict[str, str] = field(default_factory=dict)
+    # The metric that says an episode's task was done, if it has one (``agora eval`` reports
+    # it as "success").
+    success_metric: str | None = None
     # How it is evaluated (see Evaluation); None: ``agora eval`` refuses it.
     evaluation: Evaluation | None = None
     # Evaluation needs the judge service / the reward service's sandbox.

@@ -56,11 +56,11 @@ class EvalContext:
         return LLMPlayer(agent, self.client(agent, served), prefill=self.cfg.environment.prefill)
 
     async def play(self, env: TurnBasedEnv, players: list[Player], episode_id: str, seed: int,
-                   run_id: str = "eval") -> EpisodeRecord:
+                   run_id: str = "eval", max_turns: int | None = None) -> EpisodeRecord:
         """One episode, at most ``concurrency`` at a time (vLLM batches the ones in flight)."""
         async with self.gate:
             return await run_episode(env, players, run_id=run_id, episode_id=episode_id,
-                                     seed=seed)
+                                     seed=seed, max_turns=max_turns)
 
 
 def open_http(concurrency: int) -> httpx.AsyncClient:

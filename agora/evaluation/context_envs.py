@@ -26,25 +26,23 @@ from __future__ import annotations
 import asyncio
 
 from agora.config.agents import CONTEXT_PREFIX
-from agora.envs.registry import ENV_METRICS
+from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import mean_interval, rate
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.rollout.records import EpisodeRecord
-from agora.rollout.runner import BotPlayer, Player, run_episode
+from agora.rollout.runner import BotPlayer, Player
 from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import build_env, make_context_seat
 
 BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
 COUNT_METRICS = {"tool_calls"}  # per-episode counts; every other env metric is within 0..1
-# The per-episode metric that says a task env's task was done (looked up when present, so a
-# new task env only has to report it).
-SUCCESS_METRIC = {"code_debug": "solved", "support": "task_success"}
-
-
 async def play_scored(ctx: EvalContext, served: dict[str, str], episodes: int, seed: int,
-                      clock: int) -> list[EpisodeRecord]:
+                      clock: int, label: str = "episodes") -> list[EpisodeRecord]:
+    """``episodes`` scored episodes of the config's seats (LLM seats asking ``served[agent]``,
+    context seats on the strategy of ``clock``); progress shows as the phase ``label``."""
     cfg = ctx.cfg
+    advance = ctx.start_phase(f"{label}: {episodes} episodes", episodes)
 
     async def one(i: int) -> EpisodeRecord:
         players: list[Player] = []
@@ -54,12 +52,11 @@ async def play_scored(ctx: EvalContext, served: dict[str, str], episodes: int, s
                     cfg, seat.removeprefix(CONTEXT_PREFIX), clock)))
             else:
                 players.append(ctx.llm_player(seat, served[seat]))
-        async with ctx.gate:
-            # The payload's seed picks what the seed picks in training (support: the level).
-            record = await run_episode(build_env(cfg, {"seed": seed + i}), players,
-                                       run_id="eval", episode_id=f"eval-{i}", seed=seed + i,
-                                       max_turns=256)
+        # The payload's seed picks what the seed picks in training (support: the level).
+        record = await ctx.play(build_env(cfg, {"seed": seed + i}), players, f"eval-{i}",
+                                seed + i, max_turns=256)
         await asyncio.to_thread(score_episode, cfg, record)
+        advance()
         return record
 
     return list(await asyncio.gather(*(one(i) for i in range(episodes))))
@@ -83,7 +80,7 @@ def agent_metrics(records: list[EpisodeRecord], agent: str, env: str) -> dict[st
             out[key] = rate(sum(vals), len(vals))
         else:  # shares and 0..1 judge scores; counts (tool_calls) only have a floor
             out[key] = mean_interval(vals, 0.0, None if key in COUNT_METRICS else 1.0)
-    if (success := SUCCESS_METRIC.get(env)) in values:
+    if (success := REGISTRY[env].success_metric) in values:
         out["success"] = out[success]
     return out
 

@@ -133,7 +133,8 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
     for policy, index in (("evaluated", 0), ("baseline", 1)):
         versions = {a: compared(target, a)[index] for a in agents}
         records[policy] = await context_envs.play_scored(
-            ctx, {a: served[v] for a, v in versions.items()}, count, options.seed, clock)
+            ctx, {a: served[v] for a, v in versions.items()}, count, options.seed, clock,
+            label=policy)
         section["policies"][policy] = {
             "labels": {a: v.label for a, v in versions.items()},
             "agents": {a: context_envs.agent_metrics(records[policy], a, env) for a in agents},
