@@ -123,3 +123,16 @@ def process_tree(pid: int) -> list[int]:
         return [pid] + [c.pid for c in proc.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def completion_logprob(learner, example: dict) -> float:  # learner: agora.algos.ppo.PPOLearner
+    """Mean logprob per token of an SFT example's completion under ``learner`` (warm-start and
+    support-SFT tests compare a warm learner with a fresh one)."""
+    from agora.algos.ppo import TurnSample
+    from agora.serving.client import render_prompt
+
+    tok = learner.tokenizer
+    prompt = render_prompt(tok, example["prompt"])
+    completion = tok.encode(example["completion"][0]["content"], add_special_tokens=False)
+    sample = TurnSample(prompt, completion, [0.0] * len(completion), 0.0)
+    return sum(learner.sequence_logprobs(sample)) / len(completion)

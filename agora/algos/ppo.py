@@ -403,6 +403,8 @@ class PPOLearner:
             # its own KL to the reference. No critic: the value head is not trained.
             turn_adv = group_advantages([s.reward for s in samples], [s.group for s in samples],
                                         ppo.advantage)
+            # Built on the host from host numbers, then one copy to the learner's device (as
+            # Batch.index does): no per-element device writes.
             host = torch.tensor([turn_adv[r] for r in mine for _ in range(actions[r])],
                                 dtype=torch.float32)
             advantages = host.to(self.device, non_blocking=True) - ppo.kl_coef * kl

@@ -473,6 +473,21 @@ def support_eval(
                                        "examples": result.examples}))
 
 
+# The SFT stages' shared options (support-sft, warm-start): TRL SFT of an agent's LoRA adapter.
+SFT_LEARNING_RATE = typer.Option(1e-3, min=1e-7, max=1.0)
+SFT_BATCH_SIZE = typer.Option(8, min=1)
+SFT_MAX_STEPS = typer.Option(None, min=1, help="stop after this many optimizer steps")
+SFT_THREADS = typer.Option(None, min=1, help="torch threads (default: torch's)")
+
+
+def _sft_stage(epochs: float, learning_rate: float, batch_size: int, max_steps: int | None,
+               threads: int | None):  # -> agora.reflection.config.TrainStageConfig
+    from agora.reflection.config import TrainStageConfig
+
+    return TrainStageConfig(learning_rate=learning_rate, epochs=epochs, batch_size=batch_size,
+                            max_steps=max_steps, threads=threads, max_length=1024)
+
+
 @app.command("support-sft")
 def support_sft(
     config: Path = typer.Argument(..., help="a support run config (environment.name: support)"),
@@ -482,16 +497,15 @@ def support_sft(
     epochs: float = typer.Option(3.0, min=0.01, help="passes over the examples"),
     # Measured on SmolLM2 (level 1, held-out questions): 1e-3 x 3 epochs x 300 episodes
     # reached 82% success; 2e-4 x 2 x 200 only 10% (it had not learned to copy the result).
-    learning_rate: float = typer.Option(1e-3, min=1e-7, max=1.0),
-    batch_size: int = typer.Option(8, min=1),
-    max_steps: int = typer.Option(None, min=1, help="stop after this many optimizer steps"),
-    threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),
+    learning_rate: float = SFT_LEARNING_RATE,
+    batch_size: int = SFT_BATCH_SIZE,
+    max_steps: int = SFT_MAX_STEPS,
+    threads: int = SFT_THREADS,
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """SFT the config's first agent on the scripted oracle desks' transcripts (train-share
     questions only), for PPO to start from (agents[].init_adapter); logic:
     agora/train/support_sft.py."""
-    from agora.reflection.config import TrainStageConfig
     from agora.train.support_sft import oracle_examples, train_support_sft
 
     cfg = _load(config, overrides)
@@ -502,13 +516,13 @@ def support_sft(
     examples = oracle_examples(cfg, episodes, list(level))
     console.print(f"[cyan]>[/] {len(examples)} oracle turns from {episodes * len(level)} "
                   f"episodes (train-share questions)")
-    stage = TrainStageConfig(learning_rate=learning_rate, epochs=epochs, batch_size=batch_size,
-                             max_steps=max_steps, threads=threads, max_length=1024)
+    stage = _sft_stage(epochs, learning_rate, batch_size, max_steps, threads)
     summary = train_support_sft(cfg, examples, out, stage,
                                 log=lambda line: console.print(escape(line)))
     console.print_json(json.dumps(summary))
     console.print(f"[green]written[/] {out}; measure it with `agora support-eval {config} "
                   f"--adapter {out} --split test`")
+
 
 @app.command("warm-start")
 def warm_start(
@@ -517,15 +531,14 @@ def warm_start(
     agent: str = typer.Option(None, help="the agent to warm-start (default: the learner)"),
     episodes: int = typer.Option(200, min=1, help="demonstration episodes"),
     epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
-    learning_rate: float = typer.Option(1e-3, min=1e-7, max=1.0),
-    batch_size: int = typer.Option(8, min=1),
-    max_steps: int = typer.Option(None, min=1, help="stop after this many optimizer steps"),
-    threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)"),
+    learning_rate: float = SFT_LEARNING_RATE,
+    batch_size: int = SFT_BATCH_SIZE,
+    max_steps: int = SFT_MAX_STEPS,
+    threads: int = SFT_THREADS,
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """SFT an agent on the env's demonstrators (a game's best bot, a context agent, a task's
     answer), for PPO to start from: --set agents.N.init_adapter=OUT (agora/train/warm_start.py)."""
-    from agora.reflection.config import TrainStageConfig
     from agora.train.warm_start import demonstrations, train_sft_adapter
 
     cfg = _load(config, overrides)
@@ -542,8 +555,7 @@ def warm_start(
         raise typer.Exit(2) from None
     console.print(f"[cyan]>[/] {len(examples)} demonstrated turns of {name} from {episodes} "
                   "episodes")
-    stage = TrainStageConfig(learning_rate=learning_rate, epochs=epochs, batch_size=batch_size,
-                             max_steps=max_steps, threads=threads, max_length=1024)
+    stage = _sft_stage(epochs, learning_rate, batch_size, max_steps, threads)
     summary = train_sft_adapter(cfg, name, examples, out, stage, "warm start",
                                 log=lambda line: console.print(escape(line)))
     console.print_json(json.dumps(summary))

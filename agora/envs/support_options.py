@@ -6,14 +6,14 @@ tool registry and users' tool modules) stay out of the config module's imports.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from agora.envs.spec import EnvSpec
+from agora.envs.spec import EnvOptions, EnvSpec
 from agora.envs.support import DEFAULT_TOOLS, ROLES, SupportEnv, pick_level
 from agora.envs.support_tasks import LEVELS
 
 
-class SupportOptions(BaseModel):
+class SupportOptions(EnvOptions):
     """``environment.name: support``: triage + billing + policy answer a customer with tools.
 
     Each episode's level is drawn from ``levels`` by seed, unless ``curriculum.enabled`` lets
@@ -22,8 +22,6 @@ class SupportOptions(BaseModel):
     plus ``call_bonus`` per accurate tool call the turn made; plus
     ``environment.illegal_move_penalty`` on an illegal turn (a malformed or forbidden call, a
     bad handoff, an empty answer)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     levels: list[int] = Field(default_factory=lambda: [1], min_length=1)
     max_turns: int = Field(10, ge=1, le=40, description="generations per episode, all agents")

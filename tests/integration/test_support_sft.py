@@ -10,16 +10,15 @@ import uuid
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from agora.algos.ppo import PPOLearner, TurnSample
+from agora.algos.ppo import PPOLearner
 from agora.cli.main import app
 from agora.envs.support_tasks import FACTS, make_task, task_split
 from agora.evaluation.support import eval_seeds, run_support_eval
 from agora.reflection.config import TrainStageConfig
-from agora.serving.client import render_prompt
 from agora.stack.preflight import model_problems
 from agora.train.support_sft import oracle_examples, train_support_sft
 from agora.train.tracking import TrackingConfig
-from tests.stack_helpers import tiny_config
+from tests.stack_helpers import completion_logprob, tiny_config
 
 runner = CliRunner()
 
@@ -64,14 +63,6 @@ def test_oracle_examples_are_train_share_demonstrations_of_the_protocol():
         assert asked and all(task_split(q) == "train" for q in asked)
 
 
-def _completion_logprob(learner: PPOLearner, example: dict) -> float:
-    tok = learner.tokenizer
-    prompt = render_prompt(tok, example["prompt"])
-    completion = tok.encode(example["completion"][0]["content"], add_special_tokens=False)
-    sample = TurnSample(prompt, completion, [0.0] * len(completion), 0.0)
-    return sum(learner.sequence_logprobs(sample)) / len(completion)
-
-
 def test_sft_adapter_imitates_the_oracle_starts_ppo_and_is_served(
         vllm_tiny, tiny_model, tmp_path):
     url, _ = vllm_tiny
@@ -95,7 +86,7 @@ def test_sft_adapter_imitates_the_oracle_starts_ppo_and_is_served(
     warm_cfg = support_cfg(port, init_adapter=str(out))
     assert model_problems(warm_cfg) == []
     warm = PPOLearner(tiny_model, warm_cfg.agents[0], warm_cfg.ppo, compute=warm_cfg.trainer)
-    gained = [_completion_logprob(warm, e) - _completion_logprob(fresh, e) for e in examples[:6]]
+    gained = [completion_logprob(warm, e) - completion_logprob(fresh, e) for e in examples[:6]]
     assert min(gained) > 0.5, gained  # nats per token: the oracle's turns became likely
 
     # vLLM serves it, and the held-out evaluation runs through it.

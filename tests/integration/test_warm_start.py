@@ -10,15 +10,14 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from agora.algos.ppo import PPOLearner, TurnSample
+from agora.algos.ppo import PPOLearner
 from agora.cli.main import app
 from agora.envs.registry import BUILTIN
 from agora.envs.tictactoe import TicTacToe
 from agora.reflection.config import TrainStageConfig
-from agora.serving.client import render_prompt
 from agora.stack.preflight import model_problems
 from agora.train.warm_start import demonstrations, train_sft_adapter
-from tests.stack_helpers import tiny_config
+from tests.stack_helpers import completion_logprob, tiny_config
 
 runner = CliRunner()
 ARITHMETIC = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 40}
@@ -74,14 +73,6 @@ def test_unknown_or_unseated_agent_is_refused():
         demonstrations(env_config("tictactoe"), "nobody", episodes=1)
 
 
-def _completion_logprob(learner: PPOLearner, example: dict) -> float:
-    tok = learner.tokenizer
-    prompt = render_prompt(tok, example["prompt"])
-    completion = tok.encode(example["completion"][0]["content"], add_special_tokens=False)
-    sample = TurnSample(prompt, completion, [0.0] * len(completion), 0.0)
-    return sum(learner.sequence_logprobs(sample)) / len(completion)
-
-
 def test_a_warm_started_learner_starts_from_the_demonstrators_moves(tiny_model, tmp_path):
     cfg = env_config("tictactoe")
     examples = demonstrations(cfg, "player", episodes=4)
@@ -95,7 +86,7 @@ def test_a_warm_started_learner_starts_from_the_demonstrators_moves(tiny_model, 
     assert model_problems(warm_cfg) == []  # the adapter fits the agent's LoRA shape
     fresh = PPOLearner(tiny_model, cfg.agents[0], cfg.ppo, compute=cfg.trainer)
     warm = PPOLearner(tiny_model, warm_cfg.agents[0], warm_cfg.ppo, compute=warm_cfg.trainer)
-    gained = [_completion_logprob(warm, e) - _completion_logprob(fresh, e) for e in examples[:6]]
+    gained = [completion_logprob(warm, e) - completion_logprob(fresh, e) for e in examples[:6]]
     assert min(gained) > 0.5, gained  # nats per token: the demonstrated moves became likely
 
 

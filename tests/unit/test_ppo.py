@@ -68,16 +68,21 @@ def _bandit_samples(learner: PPOLearner, good: int, bad: int, n: int) -> list[Tu
     return out
 
 
-@pytest.mark.parametrize(("epochs", "kl_coef"), [(2, 0.0), (1, 0.01), (1, 0.0)],
-                         ids=["two-epochs", "with-kl", "fused-single-pass"])
-def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
+def _bandit_learner(tiny_model: str, **ppo) -> tuple[PPOLearner, int, int]:
+    """A learner on the tiny model and the bandit's good and bad tokens ("A", "B")."""
     agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, epochs=epochs,
-                    kl_coef=kl_coef)
-    learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
+    config = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, **ppo)
+    learner = PPOLearner(tiny_model, agent, config, compute=FP32)
     tok = learner.tokenizer
     good = tok.encode("A", add_special_tokens=False)[0]
     bad = tok.encode("B", add_special_tokens=False)[0]
+    return learner, good, bad
+
+
+@pytest.mark.parametrize(("epochs", "kl_coef"), [(2, 0.0), (1, 0.01), (1, 0.0)],
+                         ids=["two-epochs", "with-kl", "fused-single-pass"])
+def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
+    learner, good, bad = _bandit_learner(tiny_model, epochs=epochs, kl_coef=kl_coef)
     probe_good = _bandit_samples(learner, good, bad, 2)[0]
     before = learner.sequence_logprobs(probe_good)[0]
     stats = {}
@@ -145,13 +150,8 @@ def test_group_advantages_sum_to_zero_within_each_group(kind):
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_critic_free_advantages_learn_the_bandit_and_leave_the_critic_alone(tiny_model, kind):
-    agent = AgentConfig(name="a", base="m", lora_rank=8, lora_alpha=16)
-    ppo = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=8, advantage=kind,
-                    group_size=8, kl_coef=0.01)
-    learner = PPOLearner(tiny_model, agent, ppo, compute=FP32)
-    tok = learner.tokenizer
-    good = tok.encode("A", add_special_tokens=False)[0]
-    bad = tok.encode("B", add_special_tokens=False)[0]
+    learner, good, bad = _bandit_learner(tiny_model, advantage=kind, group_size=8,
+                                         kl_coef=0.01)
     probe = _bandit_samples(learner, good, bad, 2)[0]
     before = learner.sequence_logprobs(probe)[0]
     critic = [p.detach().clone() for p in learner.value_head.parameters()]
@@ -166,8 +166,7 @@ def test_critic_free_advantages_learn_the_bandit_and_leave_the_critic_alone(tiny
                                                  strict=True))
     # Ungrouped, the same batch has no baseline: every advantage is 0 and (no KL term, no
     # earlier steps' momentum) nothing moves.
-    fresh = PPOLearner(tiny_model, agent, ppo.model_copy(update={"kl_coef": 0.0}),
-                       compute=FP32)
+    fresh, _, _ = _bandit_learner(tiny_model, advantage=kind, group_size=8, kl_coef=0.0)
     still = fresh.sequence_logprobs(probe)[0]
     fresh.update(_bandit_samples(fresh, good, bad, 8))
     assert fresh.sequence_logprobs(probe)[0] == pytest.approx(still, abs=1e-6)
