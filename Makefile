@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
 
-.PHONY: setup demo test test-fast lint bench bench-gpu lock clean
+.PHONY: setup demo test test-fast lint bench bench-gpu results lock clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -20,6 +20,12 @@ test: setup
 # tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~20 s.
 test-fast: setup
 	$(PY) -m pytest -q tests/unit
+
+# Every learning experiment of configs/results.yaml (docs/results.md): hours on 2 cores.
+# Writes results/results.md (the README's figures) and results/curves.png; done experiments
+# are kept, so running it again continues an interrupted plan.
+results: setup
+	$(PY) -m agora.cli results configs/results.yaml --out results
 
 # Pin every installed package's exact version for the next fresh install (scripts/bootstrap.sh).
 lock: setup

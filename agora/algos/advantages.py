@@ -86,3 +86,33 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable | None]
         else:
             raise ValueError(f"unknown group advantage '{kind}' (grpo or rloo)")
     return out
+
+
+def learning_signal(rewards: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
+                    values: torch.Tensor, turn_advantages: Sequence[float] | None
+                    ) -> dict[str, torch.Tensor]:
+    """What the policy gradient had to work with in one update: the numbers that say why a run
+    does not learn (issue 16's per-recipe write-ups read them from metrics.jsonl).
+
+    * ``reward_std``, ``reward_nonzero``: turn rewards that never differ (or are all 0) carry no
+      signal, whatever the advantage estimator.
+    * ``adv_abs``: mean |advantage| per token before whitening (whitening scales any noise up).
+    * ``explained_var`` (critic): 1 - Var(returns - values) / Var(returns); near 0 or below,
+      the critic's baseline removes nothing and GAE is REINFORCE with extra noise.
+    * ``adv_zero`` (grpo / rloo, ``turn_advantages`` given): the share of turns whose group all
+      scored alike, which teach nothing.
+    """
+    zero = rewards.new_zeros(())
+    out = {
+        "reward_std": rewards.std(unbiased=False) if rewards.numel() > 1 else zero,
+        "reward_nonzero": (rewards != 0).float().mean(),
+        "adv_abs": advantages.abs().mean(),
+    }
+    if turn_advantages is None:
+        spread = returns.var(unbiased=False)
+        out["explained_var"] = (1 - (returns - values).var(unbiased=False) / spread
+                                if spread > 1e-8 else zero)
+    else:
+        out["adv_zero"] = rewards.new_tensor(
+            sum(abs(a) < 1e-9 for a in turn_advantages) / max(len(turn_advantages), 1))
+    return out

@@ -59,7 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from agora.algos import distributed, shared_prefix
-from agora.algos.advantages import gae, group_advantages, whiten_by_group
+from agora.algos.advantages import gae, group_advantages, learning_signal, whiten_by_group
 from agora.algos.batch import Batch, TurnSample, collate
 from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.algos.distributed import DataParallel
@@ -391,6 +391,8 @@ class PPOLearner:
             adv_grid, ret_grid = gae(batch.to_grid(token_rewards), batch.to_grid(values),
                                      ppo.gamma, ppo.gae_lambda)
             advantages, returns = batch.from_grid(adv_grid), batch.from_grid(ret_grid)
+            raw_advantages = advantages
+            turn_adv = None
             roles = sorted({s.role for s in samples}) if ppo.advantage_norm == "role" else [""]
             role_ids = {role: i for i, role in enumerate(roles)}
             group_of_token = batch.index([role_ids.get(samples[r].role, 0) for r in mine
@@ -409,6 +411,7 @@ class PPOLearner:
                                 dtype=torch.float32)
             advantages = host.to(self.device, non_blocking=True) - ppo.kl_coef * kl
             returns = values
+            raw_advantages = advantages
 
         # 3. PPO epochs over minibatches of turns. Statistics stay on the device until the end
         #    (one sync per optimizer step: the finite-gradient check). Each loss is a sum over
@@ -480,6 +483,8 @@ class PPOLearner:
             summary["kl"] = kl.mean()
         summary["reward_mean"] = batch.rewards.mean()
         summary["value_mean"] = values.mean()
+        summary.update(learning_signal(batch.rewards, raw_advantages, returns, values,
+                                       None if critic else turn_adv))
         names = list(summary)
         # Averaged over processes: exact for the minibatch statistics (each process's is its
         # tokens' sum x world / all the minibatch's tokens; the gradient norm is the same on

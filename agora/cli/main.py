@@ -22,6 +22,7 @@ from rich.table import Table
 
 from agora.cli.keys import keys_app
 from agora.cli.reflection import reflect_app
+from agora.cli.results import results
 from agora.cli.verifier import verifier_app
 from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
@@ -37,6 +38,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(reflect_app, name="reflect")
 config_app = typer.Typer(no_args_is_help=True, help="The run config's reference and schema.")
 app.add_typer(config_app, name="config")
+app.command("results")(results)
 console = Console()
 
 
@@ -315,6 +317,9 @@ def compare(
                                   help="wall-clock training budget per arm (default: config)"),
     updates: int = typer.Option(None, min=1, help="instead: PPO updates per arm"),
     tasks: int = typer.Option(None, help="held-out tasks to evaluate on (default: config)"),
+    run_id: str = typer.Option(None, help="the arms' run ids are <run-id>-single and "
+                               "<run-id>-multi (default: <name>-<timestamp>); compare.json "
+                               "goes in the multi arm's folder"),
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train the learner alone and in the discussion, same budget; print curves and scores."""
@@ -343,11 +348,16 @@ def compare(
     arms = []
     for label, arm_cfg in (("single-agent", single_agent_config(cfg)),
                            ("multi-agent", multi_agent_config(cfg))):
+        arm_id = f"{run_id}-{label.split('-')[0]}" if run_id else None
         budget = (f"{arm_cfg.trainer.max_updates} updates" if arm_cfg.trainer.max_updates
                   else f"{arm_cfg.trainer.max_minutes} min")
         console.print(f"[bold cyan]== {label}[/]: {arm_cfg.environment.seats}, "
                       f"{arm_cfg.environment.rounds} round(s), {budget}")
-        stack = make_stack(arm_cfg, None, False)
+        try:
+            stack = make_stack(arm_cfg, arm_id, False)
+        except LaunchError as err:
+            console.print(f"[bold red]cannot start[/]: {err}")
+            raise typer.Exit(2) from None
         run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
         try:
             before, after = evaluate_arm(arm_cfg, tasks)
@@ -530,6 +540,9 @@ def warm_start(
     out: Path = typer.Option(..., help="where to write the adapter folder"),
     agent: str = typer.Option(None, help="the agent to warm-start (default: the learner)"),
     episodes: int = typer.Option(200, min=1, help="demonstration episodes"),
+    opponents: bool = typer.Option(True, help="games: the agent's seat plays the config's "
+                                   "opponents mix (bots) as in training; --no-opponents: "
+                                   "demonstrators in every seat"),
     epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
     learning_rate: float = SFT_LEARNING_RATE,
     batch_size: int = SFT_BATCH_SIZE,
@@ -545,7 +558,7 @@ def warm_start(
     name = agent or cfg.learner or cfg.agents[0].name
     try:
         cfg.agent(name)
-        examples = demonstrations(cfg, name, episodes)
+        examples = demonstrations(cfg, name, episodes, opponents=opponents)
     except KeyError:
         console.print(f"[bold red]warm-start[/]: --agent: no agent '{escape(name)}' "
                       f"({[a.name for a in cfg.agents]})")

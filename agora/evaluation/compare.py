@@ -99,7 +99,9 @@ class DiscussionResult:
         return {
             "tasks": self.tasks,
             "accuracy_by_round": [round(self.accuracy(r), 4) for r in range(self.rounds)],
+            "answers": n,  # tasks x seats: the intervals' trials
             "turn1": self.accuracy(0),
+            "turn1_ci95": wilson(sum(self.correct[0]), n),
             "last": self.accuracy(self.rounds - 1),
             "last_ci95": wilson(sum(self.correct[-1]), n),
             "parsable_rate": self.parsable / self.answers if self.answers else 0.0,

@@ -94,6 +94,12 @@ TRAINER_AGENT_METRICS: dict[str, str] = {
     "update_seconds": "wall time of the last PPO update",
     "hotswap_seconds": "wall time of the last adapter hot-swap",
     "pool_elo": "learner's Elo vs its snapshots",
+    # The learning signal (agora.algos.advantages.learning_signal): why a run does not learn.
+    "reward_std": "spread of the last update's turn rewards (0: nothing to learn from)",
+    "reward_nonzero": "share of the last update's turns with a non-zero reward",
+    "adv_abs": "mean |advantage| per action token, before whitening",
+    "explained_var": "share of the returns' variance the critic explains (gae)",
+    "adv_zero": "share of turns whose group scored alike: zero advantage (grpo, rloo)",
 }
 
 

@@ -26,6 +26,7 @@ from agora.agents.context import CONTEXT_AGENT_FITS, make_context_agent
 from agora.algos.compute import resolve
 from agora.config.run import RunConfig
 from agora.envs.base import TurnBasedEnv, turn_limit
+from agora.envs.registry import make_bot
 from agora.envs.spec import EnvSpec
 from agora.reflection.config import TrainStageConfig
 from agora.reflection.training import (
@@ -37,7 +38,7 @@ from agora.reflection.training import (
     torch_threads,
     trainer_args,
 )
-from agora.rollout.seating import build_env
+from agora.rollout.seating import build_env, seat_names
 from agora.serving.model_folders import resolve_model
 from agora.train.tracking import trl_tracking
 
@@ -71,25 +72,44 @@ def demonstrator(spec: EnvSpec, role: str | None, payload: dict):  # -> a Bot / 
                      f"{role or 'any'} seat (EnvSpec.demonstrators: {list(spec.demonstrators)})")
 
 
-def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0) -> list[dict]:
+def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
+                   opponents: bool = True) -> list[dict]:
     """Prompt/completion examples of ``agent``'s seats in ``episodes`` demonstrator episodes
-    (discussions: on the train split's tasks)."""
+    (discussions: on the train split's tasks).
+
+    ``opponents``: a game's episodes draw their opponent from ``environment.opponents`` as
+    training does (a bot in the other seats, the agent's seat alternating), so the examples
+    cover the positions PPO will meet: minimax against itself only ever reaches drawn
+    positions, never the ones a random opponent leaves to be won. ``self`` and ``pool`` are
+    demonstrators in every seat. Off: demonstrators in every seat, always."""
     from agora.data import load_tasks
 
     section = cfg.environment
-    seats = [i for i, name in enumerate(section.seats) if name == agent]
-    if not seats:
+    if agent not in section.seats:
         raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
                          f"({section.seats})")
     tasks = load_tasks(section.task, split="train") if section.task is not None else []
+    mix = [(name, weight) for name, weight in section.opponents.items()
+           if name in section.spec.bots] if opponents and section.spec.is_game else []
+    draw = random.Random(seed)
     examples: list[dict] = []
     for index in range(episodes):
         payload: dict = {"seed": seed + index}
         if tasks:
             payload["task"] = tasks[index % len(tasks)].model_dump(mode="json")
+        if mix:
+            names = ["self", *(n for n, _ in mix)]
+            weights = [sum(w for n, w in section.opponents.items() if n not in dict(mix)),
+                       *(w for _, w in mix)]
+            payload["opponent"] = draw.choices(names, weights)[0]
+            payload["learner_seat"] = index % len(section.seats)
+        sat = seat_names(cfg, payload)
+        seats = [i for i, name in enumerate(sat) if name == agent]
         env = build_env(cfg, payload)
         env.reset(payload["seed"])
-        players = [demonstrator(section.spec, role, payload) for role in section.seat_roles()]
+        players = [make_bot(name.removeprefix("bot:")) if name.startswith("bot:")
+                   else demonstrator(section.spec, role, payload)
+                   for name, role in zip(sat, section.seat_roles(), strict=True)]
         rng = random.Random(payload["seed"])
         for _ in range(turn_limit(env)):
             if env.done:

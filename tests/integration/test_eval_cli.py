@@ -36,6 +36,7 @@ from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.runner import spaced
 from agora.evaluation.stats import majority_vote, mean_interval, pass_at_k, rate, wilson
 from agora.evaluation.target import Version
+from agora.results.figures import train_eval_figures
 from agora.serving.weights import adapter_dir
 from tests.stack_helpers import tiny_config, write_config
 
@@ -436,6 +437,13 @@ def test_eval_story_judge_preference_starts_and_stops_its_judge(tmp_path, vllm_t
     assert pref["rubric"] == "story"
     assert_rate(pref["preference"])
     assert "## Judge preference: evaluated vs baseline" in md and "position bias" in md
+    # `agora results` reads the same file: the writer's metrics and the preference
+    figures = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}
+    assert {"reward", "judge_score", "preference", "judge preference (latest vs v0)"} \
+        <= set(figures)
+    judged = figures["judge preference (latest vs v0)"]
+    assert judged.before.value == 0.5 and judged.after.value == pref["preference"]["rate"]
+    assert judged.after.n == 3 and not figures["reward"].share
 
 
 def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_tiny,
@@ -468,3 +476,7 @@ def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_
         assert 0.25 <= metrics["pass_rate"]["mean"] < 1.0
     assert "preference" not in report["sections"]["episodes"]  # not a judged env
     assert "| solved | success |" in md
+    solved_figure = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}[
+        "solved"]
+    assert solved_figure.before.value == solved_figure.after.value == pytest.approx(0.25)
+    assert solved_figure.after.n == 4 and solved_figure.share

@@ -46,6 +46,7 @@ from agora.reflection.records import (
 from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
 from agora.reflection.training import load_base
+from agora.results.figures import reflect_figures
 from agora.rewards.verifiers.math import verify_math
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
 
@@ -376,3 +377,10 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
         assert result["adapters"]["actor"] == expected
     served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
     assert not [m for m in served if m.startswith("reflect-tiny-")]
+    # `agora results` reads the base and DPO evaluations as before and after
+    figures = {f.name: f for f in reflect_figures(run / "eval")}
+    base, dpo = (json.loads((run / "eval" / f"{s}.json").read_text()) for s in ("base", "dpo"))
+    assert figures["maj1@turn5"].before.value == base["maj1@turn5"]
+    assert figures["maj1@turn5"].after.value == dpo["maj1@turn5"]
+    assert figures["maj1@turn5"].after.n == 3
+    assert figures["wrong->right"].after.value == dpo["wrong_to_right"]

@@ -5,6 +5,7 @@ adapter is what PPO then starts from."""
 from __future__ import annotations
 
 import json
+import random
 import uuid
 
 import pytest
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from agora.algos.ppo import PPOLearner
 from agora.cli.main import app
-from agora.envs.registry import BUILTIN
+from agora.envs.registry import BUILTIN, make_bot
 from agora.envs.tictactoe import TicTacToe
 from agora.reflection.config import TrainStageConfig
 from agora.stack.preflight import model_problems
@@ -66,6 +67,25 @@ def test_tictactoe_demonstrations_are_minimax_moves_from_both_seats():
     env.reset(3)
     first = examples[0]["completion"][0]["content"]
     assert first in env.legal_actions()
+
+
+def test_game_demonstrations_meet_the_opponents_training_meets():
+    """Against the config's random bot, minimax plays the agent's seat (alternating) and the
+    bot the other: short games of minimax moves only; --no-opponents: minimax everywhere."""
+    cfg = tiny_config(environment={"name": "tictactoe", "seats": ["player", "player"],
+                                   "opponents": {"random": 1.0}})
+    examples = demonstrations(cfg, "player", episodes=6, seed=11)
+    assert 6 * 3 <= len(examples) < 6 * 9  # only the agent's seat; minimax wins early
+    minimax = make_bot("minimax")
+    env = TicTacToe()
+    env.reset(11)  # episode 0: the agent holds seat 0 and opens, with the episode's rng
+    assert examples[0]["prompt"] == env.observation(0)
+    assert examples[0]["completion"][0]["content"] == minimax.act(env, random.Random(11))
+    # episode 1: the bot (seat 0) opens, so the agent's first example is a reply
+    replies = [e for e in examples if e["prompt"] != env.observation(0)]
+    assert replies
+    everywhere = demonstrations(cfg, "player", episodes=6, seed=11, opponents=False)
+    assert len(everywhere) == 6 * 9
 
 
 def test_unknown_or_unseated_agent_is_refused():

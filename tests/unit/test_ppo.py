@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agora.algos.advantages import gae, group_advantages
+from agora.algos.advantages import gae, group_advantages, learning_signal
 from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
@@ -93,6 +93,9 @@ def test_ppo_raises_probability_of_rewarded_action(tiny_model, epochs, kl_coef):
     assert {"pg_loss", "vf_loss", "entropy", "clipfrac", "reward_mean"} <= set(stats)
     assert ("kl" in stats) == (kl_coef > 0 or epochs > 1)  # the fused pass has no reference
     assert stats["reward_mean"] == 0.0  # half +1, half -1
+    # the learning signal: every turn rewarded, +-1 -> spread 1; a critic (gae) is judged
+    assert stats["reward_std"] == pytest.approx(1.0) and stats["reward_nonzero"] == 1.0
+    assert stats["adv_abs"] > 0 and "explained_var" in stats and "adv_zero" not in stats
 
 
 def test_checkpoint_round_trip_restores_adapter_and_optimizer(tiny_model, tmp_path):
@@ -164,12 +167,28 @@ def test_critic_free_advantages_learn_the_bandit_and_leave_the_critic_alone(tiny
     assert stats["vf_loss"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(critic, learner.value_head.parameters(),
                                                  strict=True))
+    assert stats["adv_zero"] == 0.0 and "explained_var" not in stats  # one mixed group
     # Ungrouped, the same batch has no baseline: every advantage is 0 and (no KL term, no
-    # earlier steps' momentum) nothing moves.
+    # earlier steps' momentum) nothing moves; the learning signal says so.
     fresh, _, _ = _bandit_learner(tiny_model, advantage=kind, group_size=8, kl_coef=0.0)
     still = fresh.sequence_logprobs(probe)[0]
-    fresh.update(_bandit_samples(fresh, good, bad, 8))
+    alone = fresh.update(_bandit_samples(fresh, good, bad, 8))
     assert fresh.sequence_logprobs(probe)[0] == pytest.approx(still, abs=1e-6)
+    assert alone["adv_zero"] == 1.0 and alone["adv_abs"] == 0.0
+
+
+def test_the_learning_signal_reads_what_the_batch_could_teach():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    returns = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.5])
+    perfect = learning_signal(rewards, returns - 0.5, returns, returns.clone(), None)
+    assert perfect["reward_std"] == pytest.approx(0.5)
+    assert perfect["reward_nonzero"] == pytest.approx(0.5)
+    assert perfect["explained_var"] == pytest.approx(1.0)  # values are the returns
+    blind = learning_signal(rewards, returns, returns, torch.zeros(5), None)
+    assert blind["explained_var"] == pytest.approx(0.0, abs=1e-6)  # a baseline of 0
+    flat = learning_signal(torch.zeros(4), torch.zeros(5), torch.zeros(5), torch.zeros(5),
+                           [0.0, 0.0, 0.5, -0.5])
+    assert flat["reward_std"] == 0.0 and flat["adv_zero"] == pytest.approx(0.5)
 
 
 def test_critic_free_advantages_need_groups():

@@ -1,0 +1,95 @@
+"""The commands behind an experiment: exactly what a user would type, so every row of
+results.md names the commands that reproduce it.
+
+Every run lands under ``<results>/runs/`` with the experiment's name as its run id (``--set
+output_dir=...``), so the figures are read from known places and a rerun replaces them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from agora.config.run import load_config
+from agora.results.plan import Experiment
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    args: list[str]  # after ``agora``
+
+    def shell(self) -> str:
+        return "agora " + shlex.join(self.args)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where an experiment's commands leave what the report reads."""
+
+    figures: Path  # the JSON its figures come from
+    metrics: dict[str, Path]  # label -> a training run's metrics.jsonl (none for reflect)
+
+
+def steps(exp: Experiment, runs: Path) -> list[Step]:
+    config = str(exp.config)
+    sets = [f"output_dir={runs}", *exp.overrides]
+    if exp.kind == "reflect":
+        return [Step("reflect", ["reflect", "all", config,
+                                 *_sets([*sets, f"name={exp.name}"])])]
+    budget = ([f"trainer.max_updates={exp.updates}", "trainer.max_minutes=null"]
+              if exp.updates else [])
+    if exp.kind == "demo":
+        out: list[Step] = []
+        if exp.warm_start is not None:
+            adapter = runs / f"{exp.name}-sft"
+            ws = exp.warm_start
+            out.append(Step("warm start", [
+                "warm-start", config, "--out", str(adapter), "--episodes", str(ws.episodes),
+                "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
+                "--batch-size", str(ws.batch_size),
+                *([] if ws.opponents else ["--no-opponents"]),
+                *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)]))
+            sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
+        out.append(Step("train + evaluate", [
+            "demo", config, "--run-id", exp.name,
+            *(["--minutes", f"{exp.minutes:g}"] if exp.minutes else []),
+            *(["--games", str(exp.games)] if exp.games else []), *_sets([*sets, *budget])]))
+        return out
+    if exp.kind == "compare":
+        return [Step("two arms", [
+            "compare", config, "--run-id", exp.name,
+            *(["--minutes", f"{exp.minutes:g}"] if exp.minutes else []),
+            *(["--updates", str(exp.updates)] if exp.updates else []),
+            *(["--tasks", str(exp.tasks)] if exp.tasks else []), *_sets(sets)])]
+    minutes = [f"trainer.max_minutes={exp.minutes:g}"] if exp.minutes else []
+    return [
+        Step("train", ["up", config, "--run-id", exp.name, *_sets([*sets, *minutes, *budget])]),
+        Step("evaluate", ["eval", str(runs / exp.name),
+                          *(["--games", str(exp.games)] if exp.games else [])]),
+    ]
+
+
+def outputs(exp: Experiment, runs: Path) -> Outputs:
+    run = runs / exp.name
+    if exp.kind == "demo":
+        return Outputs(run / "eval.json", {exp.name: run / "metrics.jsonl"})
+    if exp.kind == "compare":
+        arms = {arm: runs / f"{exp.name}-{arm}" for arm in ("single", "multi")}
+        return Outputs(arms["multi"] / "compare.json",
+                       {f"{exp.name} ({arm})": d / "metrics.jsonl" for arm, d in arms.items()})
+    if exp.kind == "train_eval":
+        return Outputs(run / "eval" / "eval.json", {exp.name: run / "metrics.jsonl"})
+    return Outputs(run / "eval", {})  # reflect all: eval/base.json ... eval/dpo.json
+
+
+def learner_index(exp: Experiment) -> int:
+    """The index in ``agents`` of the agent a warm start trains (the config's learner)."""
+    cfg = load_config(exp.config, exp.overrides)
+    name = cfg.learner or cfg.agents[0].name
+    return [a.name for a in cfg.agents].index(name)
+
+
+def _sets(pairs: list[str]) -> list[str]:
+    return [arg for pair in pairs for arg in ("--set", pair)]

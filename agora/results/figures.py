@@ -1,0 +1,172 @@
+"""An experiment's figures, read from the files its commands wrote.
+
+Every figure is a before/after pair of estimates with their 95% intervals, whatever command
+made it: ``demo``'s eval.json (win/draw/loss counts per opponent, or a cooperative game's mean
+score), ``compare``'s compare.json (held-out accuracy per arm), ``eval``'s eval.json (each
+agent's env metrics and the judge's preference) and ``reflect all``'s report (the paper's
+reflection metrics). Nothing is recomputed from transcripts: the numbers are the commands' own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from agora.evaluation.stats import wilson
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    lo: float | None = None  # 95% interval; None where the command gives none
+    hi: float | None = None
+    n: int | None = None
+
+    @classmethod
+    def of(cls, raw: object) -> Estimate | None:
+        """From eval.json's shapes: ``{rate, n, ci95}``, ``{mean, n, ci95}`` or a bare number."""
+        if raw is None:
+            return None
+        if isinstance(raw, dict):
+            value = raw.get("rate", raw.get("mean"))
+            if value is None:
+                return None
+            ci = raw.get("ci95")
+            lo, hi = (ci if ci else (None, None))
+            return cls(float(value), lo, hi, raw.get("n"))
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            return cls(float(raw))
+        return None
+
+    @classmethod
+    def proportion(cls, successes: int, n: int) -> Estimate:
+        lo, hi = wilson(successes, n)
+        return cls(successes / n if n else 0.0, lo, hi, n)
+
+    def text(self, share: bool) -> str:
+        fmt = (lambda v: f"{v:.1%}") if share else (lambda v: f"{v:.2f}")
+        if self.lo is None or self.hi is None:
+            return fmt(self.value)
+        return f"{fmt(self.value)} [{fmt(self.lo)}, {fmt(self.hi)}]"
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    before: Estimate | None
+    after: Estimate
+    share: bool = True  # a 0..1 rate, printed as a percentage
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "share": self.share,
+                "before": asdict(self.before) if self.before else None,
+                "after": asdict(self.after)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Figure:
+        before = Estimate(**data["before"]) if data.get("before") else None
+        return cls(data["name"], before, Estimate(**data["after"]), bool(data["share"]))
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"the command wrote no {path}")
+    return json.loads(path.read_text())
+
+
+def demo_figures(eval_json: Path) -> list[Figure]:
+    """``agora demo``'s rows: per opponent, wins/draws/losses and legal moves, or the score."""
+    rows = _read(eval_json)
+    before, after = rows["before (v0)"], rows["after"]
+    figures = []
+    for opponent, row in after.items():
+        old = before.get(opponent)
+        if "score" in row:
+            figures.append(Figure(f"score with {opponent}", _score(old), _score(row),
+                                  share=False))
+            continue
+        for key, label in (("win", "wins"), ("draw", "draws"), ("loss", "losses")):
+            figures.append(Figure(f"{label} vs {opponent}", _counted(old, key),
+                                  _counted(row, key)))
+        figures.append(Figure(f"legal moves vs {opponent}",
+                              Estimate(old["legal_rate"]) if old else None,
+                              Estimate(row["legal_rate"])))
+    return figures
+
+
+def _counted(row: dict | None, key: str) -> Estimate | None:
+    if row is None:
+        return None
+    games = int(row["games"])
+    return Estimate.proportion(round(row[key] * games), games)
+
+
+def _score(row: dict | None) -> Estimate | None:
+    if row is None:
+        return None
+    ci = row.get("score_ci95") or (None, None)
+    return Estimate(float(row["score"]), ci[0], ci[1], int(row["games"]))
+
+
+def compare_figures(compare_json: Path) -> list[Figure]:
+    """``agora compare``'s arms: held-out accuracy at turn 1 and at the last turn, base model
+    (before) and trained (after); the single-agent arm answers once, so its two are one."""
+    arms = _read(compare_json)
+    figures = []
+    for arm, result in arms.items():
+        rounds = [("last turn", "last")]
+        if len(result["after"].get("accuracy_by_round", [])) > 1:
+            rounds.insert(0, ("turn 1", "turn1"))
+        for label, key in rounds:
+            figures.append(Figure(f"{arm}: {label}", _accuracy(result["before"], key),
+                                  _accuracy(result["after"], key)))
+        figures.append(Figure(f"{arm}: updates", None, Estimate(float(result["updates"])),
+                              share=False))
+    return figures
+
+
+def _accuracy(result: dict, key: str) -> Estimate:
+    ci = result.get(f"{key}_ci95") or (None, None)
+    return Estimate(float(result[key]), ci[0], ci[1], result.get("answers"))
+
+
+def train_eval_figures(eval_json: Path) -> list[Figure]:
+    """``agora eval``'s episodes section: each agent's metrics, latest vs v0, and the judge's
+    preference for the latest (after; 0.5 is no preference)."""
+    section = _read(eval_json)["sections"]["episodes"]
+    evaluated = section["policies"]["evaluated"]["agents"]
+    baseline = section["policies"]["baseline"]["agents"]
+    several = len(evaluated) > 1
+    figures = []
+    for agent, metrics in evaluated.items():
+        for key, raw in metrics.items():
+            after = Estimate.of(raw)
+            if after is None or key == "success":  # success repeats the env's success metric
+                continue
+            name = f"{agent}: {key}" if several else key
+            share = key != "reward" and (after.hi is None or after.hi <= 1.0)
+            figures.append(Figure(name, Estimate.of(baseline.get(agent, {}).get(key)), after,
+                                  share))
+    if "preference" in section:
+        figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5),
+                              Estimate.of(section["preference"]["preference"])))
+    return figures
+
+
+def reflect_figures(eval_dir: Path) -> list[Figure]:
+    """``agora reflect all``'s evaluations (``eval/<stage>.json``): the base model (before)
+    and the DPO stage (after)."""
+    before, after = _read(eval_dir / "base.json"), _read(eval_dir / "dpo.json")
+    figures = []
+    for key in ("pass1@turn1", f"maj1@turn{after['turns']}", f"pass1@turn{after['turns']}"):
+        figures.append(Figure(key, _reflect(before, key), _reflect(after, key)))
+    for key, label in (("wrong_to_right", "wrong->right"), ("right_to_wrong", "right->wrong")):
+        figures.append(Figure(label, Estimate(float(before[key])), Estimate(float(after[key])),
+                              share=False))
+    return figures
+
+
+def _reflect(stage: dict, key: str) -> Estimate:
+    lo, hi = stage["ci95"][key]
+    return Estimate(float(stage[key]), lo, hi, int(stage["problems"]))

@@ -1,0 +1,168 @@
+"""The results plan: which learning experiments ``agora results`` runs, and what each must show.
+
+A plan is a YAML file (``configs/results.yaml`` is the README's): a list of experiments, each a
+recipe's config, a budget and the targets its figures are held to. An experiment is one of four
+kinds, each the commands a user would type by hand (``commands.py`` builds them):
+
+| kind | commands | before | after |
+|---|---|---|---|
+| demo | [warm-start], demo | the run's v0 | its latest adapter |
+| compare | compare | each arm's v0 | each arm's latest |
+| train_eval | up, eval | the run's v0 | its latest |
+| reflect | reflect all | the base model | the DPO stage |
+
+A target is ``"FIGURE OP BOUND"`` (OP: ``>=``, ``<=``, ``>``, ``<``, with spaces around it) and
+is held against the figure's *after* value. BOUND is a number (``"wins vs random >= 0.70"``),
+another figure's after value (``"multi-agent: last turn > single-agent: last turn"``) or
+``before``, the figure's own before value (``"deal_rate > before"``).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agora.config.base import ConfigError
+
+NAME = r"^[a-z0-9][a-z0-9\-]{0,40}$"  # also a run id and a file name: no paths
+OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+TARGET = re.compile(r"^\s*(.+?)\s+(>=|<=|>|<)\s+(.+?)\s*$")
+
+
+class Target(BaseModel):
+    """``figure OP bound``: bound is a number or another figure of the same experiment."""
+
+    model_config = ConfigDict(frozen=True)
+    figure: str
+    op: Literal[">=", "<=", ">", "<"]
+    number: float | None = None
+    other: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        match = TARGET.match(str(text))
+        if match is None:
+            raise ValueError(f"'{text}' is not 'FIGURE OP BOUND' (OP: >=, <=, >, < with "
+                             "spaces around it; BOUND: a number, a figure or 'before')")
+        figure, op, bound = match.groups()
+        try:
+            return cls(figure=figure, op=op, number=float(bound))
+        except ValueError:
+            return cls(figure=figure, op=op, other=bound)
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.op in (">=", ">")
+
+    def holds(self, value: float, bound: float) -> bool:
+        return OPERATORS[self.op](value, bound)
+
+    def describe(self) -> str:
+        bound = f"{self.number:g}" if self.number is not None else self.other
+        return f"{self.op} {bound}"
+
+
+class WarmStart(BaseModel):
+    """``agora warm-start`` before PPO: SFT on the env's demonstrators (its options)."""
+
+    model_config = ConfigDict(extra="forbid")
+    episodes: int = Field(100, ge=1)
+    epochs: float = Field(2.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    batch_size: int = Field(8, ge=1)
+    opponents: bool = Field(True, description="games: demonstrations against the config's "
+                            "opponents mix (false: demonstrators in every seat)")
+
+
+class Experiment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME, description="its run id prefix and file name")
+    recipe: str = Field(description="the README's name for it")
+    kind: Literal["demo", "compare", "train_eval", "reflect"]
+    config: Path
+    minutes: float | None = Field(None, gt=0, description="training budget (wall clock)")
+    updates: int | None = Field(None, ge=1, description="training budget (PPO updates)")
+    games: int | None = Field(None, ge=1, description="evaluation games / episodes")
+    tasks: int | None = Field(None, ge=1, description="held-out tasks (compare)")
+    warm_start: WarmStart | None = None
+    overrides: list[str] = Field(default_factory=list, description="--set KEY=VALUE")
+    targets: list[str] = Field(default_factory=list, description="'FIGURE OP BOUND'")
+
+    @field_validator("targets")
+    @classmethod
+    def _targets_parse(cls, targets: list[str]) -> list[str]:
+        for text in targets:
+            Target.parse(text)  # raises ValueError naming the text
+        return targets
+
+    def parsed_targets(self) -> list[Target]:
+        return [Target.parse(text) for text in self.targets]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Experiment:
+        if self.minutes is not None and self.updates is not None:
+            raise ValueError("give minutes or updates, not both")
+        if self.kind == "reflect" and (self.minutes or self.updates or self.warm_start):
+            raise ValueError("reflect runs its config's stages: no minutes, updates or "
+                             "warm_start")
+        if self.warm_start is not None and self.kind != "demo":
+            raise ValueError("warm_start: only a demo experiment warm-starts")
+        return self
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    experiments: list[Experiment] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Plan:
+        names = [e.name for e in self.experiments]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"experiment names must be unique: {twice}")
+        return self
+
+    def select(self, only: list[str]) -> list[Experiment]:
+        """The experiments named in ``only`` (all when empty), in plan order."""
+        unknown = sorted(set(only) - {e.name for e in self.experiments})
+        if unknown:
+            raise ConfigError(f"--only: no experiment {unknown} in the plan "
+                              f"({[e.name for e in self.experiments]})")
+        return [e for e in self.experiments if not only or e.name in only]
+
+
+def load_plan(path: Path) -> Plan:
+    """Read and check a plan; a bad field is a ConfigError naming it (``experiments.0.kind``)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"{path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not YAML ({err})") from None
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "plan"
+        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+    base = Path(path).resolve().parent
+    for experiment in plan.experiments:  # configs relative to the plan, or to the cwd
+        if not experiment.config.is_file() and (base / experiment.config).is_file():
+            experiment.config = base / experiment.config
+        if not experiment.config.is_file():
+            raise ConfigError(f"{path}: experiments.{experiment.name}.config: no file "
+                              f"'{experiment.config}'")
+    return plan

@@ -1,0 +1,153 @@
+"""Run a plan's experiments one after another, each as the commands a user would type.
+
+Each experiment's commands run as child processes (``python -m agora.cli ...``): the stack each
+one starts is stopped by that command as usual, a crash in one experiment cannot take the others
+with it, and its output goes to ``<results>/logs/<name>.log``. Its outcome (figures, targets,
+what the learner saw, curves) is kept in ``<results>/<name>.json``: a rerun skips experiments
+already done, so an interrupted multi-hour plan picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agora.evaluation.curves import read_metrics
+from agora.evaluation.learner import learner_summary
+from agora.results.commands import outputs, steps
+from agora.results.figures import (
+    Figure,
+    compare_figures,
+    demo_figures,
+    reflect_figures,
+    train_eval_figures,
+)
+from agora.results.plan import Experiment, Target
+
+FIGURES: dict[str, Callable[[Path], list[Figure]]] = {
+    "demo": demo_figures, "compare": compare_figures, "train_eval": train_eval_figures,
+    "reflect": reflect_figures,
+}
+# The training curve drawn per run: the first of these the run logged (as the trainer's
+# progress view does), over updates. hanabi_score is out of 25.
+CURVE_KEYS = ("win_rate", "accuracy_last", "hanabi_score", "deal_rate", "pass_rate", "solved",
+              "judge_score", "reward_mean")
+LOG_TAIL_LINES = 30
+
+
+def outcome_path(out: Path, exp: Experiment) -> Path:
+    return out / f"{exp.name}.json"
+
+
+def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = print) -> dict:
+    """Run ``exp``'s commands, read its figures, hold them to its targets; the outcome is
+    written to ``<out>/<name>.json`` and returned (``status``: done or failed)."""
+    runs = out / "runs"
+    log_path = out / "logs" / f"{exp.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    plan = steps(exp, runs)
+    outcome: dict = {"name": exp.name, "recipe": exp.recipe, "kind": exp.kind,
+                     "commands": [s.shell() for s in plan], "log": str(log_path),
+                     "targets": [], "figures": [], "learner": {}, "curves": {}}
+    started = time.monotonic()
+    with log_path.open("w") as handle:
+        for step in plan:
+            log(f"{exp.name}: {step.label}: {step.shell()}")
+            handle.write(f"$ {step.shell()}\n")
+            handle.flush()
+            code = subprocess.run([sys.executable, "-m", "agora.cli", *step.args],
+                                  stdout=handle, stderr=subprocess.STDOUT).returncode
+            if code != 0:
+                outcome.update(status="failed", error=f"'{step.label}' exited {code}")
+                break
+    outcome["wall_s"] = round(time.monotonic() - started, 1)
+    if outcome.get("status") != "failed":
+        found = outputs(exp, runs)
+        try:
+            figures = FIGURES[exp.kind](found.figures)
+        except (OSError, KeyError, ValueError, TypeError) as err:
+            outcome.update(status="failed", error=f"reading {found.figures}: {err!r}")
+        else:
+            outcome.update(status="done", figures=[f.as_dict() for f in figures],
+                           targets=[check(t, figures) for t in exp.parsed_targets()])
+            for label, metrics in found.metrics.items():
+                outcome["learner"][label] = learner_summary(metrics)
+                outcome["curves"][label] = training_curve(metrics)
+    if outcome["status"] == "failed":
+        lines = log_path.read_text(errors="replace").splitlines()
+        outcome["log_tail"] = "\n".join(lines[-LOG_TAIL_LINES:])
+    outcome_path(out, exp).write_text(json.dumps(outcome, indent=2) + "\n")
+    return outcome
+
+
+def check(target: Target, figures: list[Figure]) -> dict:
+    """A target against the figure's after value; ``clear``: also beyond the 95% interval
+    (the interval lies wholly on the target's side of the bound, or of the other figure's
+    interval)."""
+    by_name = {f.name: f for f in figures}
+    result: dict = {"figure": target.figure, "target": target.describe(), "met": None,
+                    "clear": None}
+    figure = by_name.get(target.figure)
+    if figure is None:
+        result["why"] = f"no figure '{target.figure}' (figures: {sorted(by_name)})"
+        return result
+    # The bound: a number; the figure's own before (``"> before"``); another figure's after.
+    reference = None
+    if target.other == "before":
+        reference = figure.before
+    elif target.other is not None:
+        reference = by_name[target.other].after if target.other in by_name else None
+    if target.other is not None and reference is None:
+        result["why"] = f"no figure '{target.other}' (figures: {sorted(by_name)})"
+        return result
+    after = figure.after
+    bound = target.number if reference is None else reference.value
+    result["value"] = after.value
+    result["bound"] = bound
+    result["met"] = target.holds(after.value, bound)
+    # The bound's own interval: a number has none; an estimate has its 95% interval.
+    lo = hi = bound
+    if reference is not None:
+        lo = reference.lo if reference.lo is not None else bound
+        hi = reference.hi if reference.hi is not None else bound
+    if after.lo is not None and after.hi is not None:
+        result["clear"] = after.lo > hi if target.higher_is_better else after.hi < lo
+    return result
+
+
+def training_curve(metrics_path: Path) -> dict:
+    """``{"key": k, "points": [[update, minutes, value], ...]}`` for the first CURVE_KEYS
+    metric the run logged, for the first agent that logged it."""
+    if not metrics_path.is_file():
+        return {}
+    rows, _bad = read_metrics(metrics_path)
+    for key in CURVE_KEYS:
+        for agent in sorted({a for row in rows for a in row["agents"]}):
+            points = [[row["update"], round(row["elapsed_s"] / 60, 2), row["agents"][agent][key]]
+                      for row in rows if key in row["agents"].get(agent, {})]
+            if points:
+                return {"key": key, "agent": agent, "points": points}
+    return {}
+
+
+def run_plan(experiments: list[Experiment], out: Path, rerun: bool,
+             log: Callable[[str], None] = print) -> list[dict]:
+    """Every experiment's outcome, in plan order: read back when done before (unless
+    ``rerun``), else run now. A failed one is retried on the next call."""
+    out.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    for exp in experiments:
+        path = outcome_path(out, exp)
+        if not rerun and path.is_file():
+            kept = json.loads(path.read_text())
+            if kept.get("status") == "done" and kept.get("commands") == [
+                    s.shell() for s in steps(exp, out / "runs")]:
+                log(f"{exp.name}: done before ({path}); --rerun to run it again")
+                outcomes.append(kept)
+                continue
+        outcomes.append(run_experiment(exp, out, log))
+    return outcomes

@@ -1,0 +1,227 @@
+"""`agora results` without running anything: the plan's checks, the commands it builds, the
+figures it reads from the commands' own result objects, targets, and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agora.config.base import ConfigError
+from agora.evaluation.compare import DiscussionResult
+from agora.evaluation.games import MatchResult
+from agora.evaluation.learner import learner_summary
+from agora.results.commands import outputs, steps
+from agora.results.figures import Estimate, Figure, compare_figures, demo_figures
+from agora.results.plan import Target, load_plan
+from agora.results.report import change, markdown
+from agora.results.runner import check, training_curve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_plan(tmp_path: Path, *experiments: dict) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"experiments": list(experiments)}))
+    return path
+
+
+def experiment(**fields) -> dict:
+    return {"name": "ttt", "recipe": "Tic-Tac-Toe", "kind": "demo",
+            "config": str(ROOT / "configs/tictactoe_selfplay.yaml"), **fields}
+
+
+def test_the_shipped_plan_names_every_recipe_and_its_commands(tmp_path):
+    plan = load_plan(ROOT / "configs/results.yaml")
+    kinds = {e.kind for e in plan.experiments}
+    assert kinds == {"demo", "compare", "train_eval", "reflect"}
+    runs = tmp_path / "runs"
+    for exp in plan.experiments:
+        commands = [s.shell() for s in steps(exp, runs)]
+        assert commands and all(c.startswith("agora ") for c in commands)
+        assert all(str(exp.config) in c or "eval" in c for c in commands)
+        assert exp.targets, f"{exp.name} holds its figures to nothing"
+    warm = next(e for e in plan.experiments if e.warm_start)
+    first, second = steps(warm, runs)
+    assert first.args[0] == "warm-start" and second.args[0] == "demo"
+    adapter = first.args[first.args.index("--out") + 1]
+    assert f"agents.0.init_adapter={adapter}" in second.args  # PPO starts from the SFT
+    assert outputs(warm, runs).figures == runs / warm.name / "eval.json"
+
+
+def test_budgets_become_the_commands_options(tmp_path):
+    plan = load_plan(write_plan(
+        tmp_path, experiment(name="a", updates=3, games=10),
+        experiment(name="b", kind="compare", config=str(ROOT / "configs/maporl_math.yaml"),
+                   minutes=2.5, tasks=7),
+        experiment(name="c", kind="train_eval", config=str(ROOT / "configs/negotiation.yaml"),
+                   minutes=4, games=5, overrides=["ppo.kl_coef=0"])))
+    runs = tmp_path / "runs"
+    (demo,) = steps(plan.experiments[0], runs)
+    assert demo.args[:4] == ["demo", str(ROOT / "configs/tictactoe_selfplay.yaml"),
+                             "--run-id", "a"]
+    assert "trainer.max_updates=3" in demo.args and "trainer.max_minutes=null" in demo.args
+    assert demo.args[demo.args.index("--games") + 1] == "10"
+    assert f"output_dir={runs}" in demo.args
+    (compare,) = steps(plan.experiments[1], runs)
+    assert compare.args[compare.args.index("--minutes") + 1] == "2.5"
+    assert compare.args[compare.args.index("--tasks") + 1] == "7"
+    train, evaluate = steps(plan.experiments[2], runs)
+    assert "trainer.max_minutes=4" in train.args and "ppo.kl_coef=0" in train.args
+    assert evaluate.args == ["eval", str(runs / "c"), "--games", "5"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"kind": "train"}, "experiments.0.kind"),
+    ({"name": "../x"}, "experiments.0.name"),
+    ({"minutes": 1, "updates": 2}, "minutes or updates, not both"),
+    ({"kind": "compare", "warm_start": {"episodes": 2}}, "only a demo experiment warm-starts"),
+    ({"kind": "reflect", "minutes": 3}, "reflect runs its config's stages"),
+    ({"targets": ["wins vs random 0.7"]}, "is not 'FIGURE OP BOUND'"),
+    ({"config": "configs/nothing.yaml"}, "experiments.ttt.config: no file"),
+    ({"colour": "red"}, "experiments.0.colour"),
+])
+def test_a_bad_plan_names_the_field(tmp_path, fields, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_plan(write_plan(tmp_path, experiment(**fields)))
+
+
+def test_names_are_unique_and_only_must_name_experiments(tmp_path):
+    with pytest.raises(ConfigError, match="unique"):
+        load_plan(write_plan(tmp_path, experiment(), experiment()))
+    plan = load_plan(write_plan(tmp_path, experiment(name="a"), experiment(name="b")))
+    assert [e.name for e in plan.select(["b"])] == ["b"]
+    assert [e.name for e in plan.select([])] == ["a", "b"]
+    with pytest.raises(ConfigError, match="--only: no experiment"):
+        plan.select(["c"])
+
+
+def test_targets_parse_figures_that_contain_operators():
+    target = Target.parse("wrong->right > right->wrong")
+    assert (target.figure, target.op, target.other) == ("wrong->right", ">", "right->wrong")
+    target = Target.parse("losses vs random <= 0.05")
+    assert (target.figure, target.op, target.number) == ("losses vs random", "<=", 0.05)
+    assert not target.higher_is_better
+
+
+def test_targets_are_held_against_the_after_value_and_its_interval():
+    wins = Figure("wins", Estimate.proportion(40, 200), Estimate.proportion(150, 200))
+    single = Figure("single", None, Estimate.proportion(140, 200))
+    flat = Figure("flat", Estimate.proportion(100, 200), Estimate.proportion(104, 200))
+    figures = [wins, single, flat]
+    # 75% of 200 is >= 70%, but its interval (69-80%) reaches below: met, not clear.
+    met = check(Target.parse("wins >= 0.70"), figures)
+    assert met["met"] and met["value"] == 0.75 and wins.after.lo < 0.70
+    assert met["clear"] is False
+    above = check(Target.parse("wins > 0.5"), figures)
+    assert above["met"] and above["clear"]
+    missed = check(Target.parse("wins >= 0.8"), figures)
+    assert missed["met"] is False
+    versus = check(Target.parse("wins > single"), figures)  # 75% vs 70%: overlapping
+    assert versus["met"] and versus["clear"] is False and versus["bound"] == 0.70
+    noise = check(Target.parse("flat > before"), figures)
+    assert noise["met"] and noise["clear"] is False
+    gain = check(Target.parse("wins > before"), figures)
+    assert gain["met"] and gain["clear"]
+    lower = check(Target.parse("flat <= 0.4"), figures)
+    assert lower["met"] is False
+    missing = check(Target.parse("draws > 0.3"), figures)
+    assert missing["met"] is None and "no figure 'draws'" in missing["why"]
+    assert check(Target.parse("wins > nothing"), figures)["met"] is None
+
+
+def test_change_says_up_or_down_only_beyond_both_intervals():
+    assert change(Figure("a", Estimate.proportion(20, 200), Estimate.proportion(120, 200))) == "up"
+    assert change(Figure("a", Estimate.proportion(120, 200), Estimate.proportion(20, 200))) \
+        == "down"
+    assert change(Figure("a", Estimate.proportion(100, 200), Estimate.proportion(110, 200))) \
+        == "within noise"
+    assert change(Figure("a", None, Estimate(3.0))) == "-"
+
+
+def test_demo_figures_are_counts_with_wilson_intervals(tmp_path):
+    """From the rows `agora demo` writes (MatchResult.as_dict)."""
+    def rows(wins: int, draws: int) -> dict:
+        return {"random": MatchResult("random", 50, wins, 0, 50 - wins, 0, 200, 190).as_dict(),
+                "minimax": MatchResult("minimax", 40, 0, draws, 40 - draws, 1, 160, 160)
+                .as_dict()}
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"before (v0)": rows(10, 2), "after": rows(35, 12)}))
+    figures = {f.name: f for f in demo_figures(path)}
+    assert {"wins vs random", "draws vs minimax", "losses vs random",
+            "legal moves vs random"} <= set(figures)
+    wins = figures["wins vs random"]
+    assert wins.before.value == 0.2 and wins.after.value == 0.7 and wins.after.n == 50
+    assert wins.after.lo < 0.7 < wins.after.hi
+    assert figures["draws vs minimax"].after.value == pytest.approx(0.3)
+    assert figures["legal moves vs random"].after.value == pytest.approx(0.95)
+    assert change(wins) == "up"
+
+
+def test_cooperative_demo_figures_are_mean_scores(tmp_path):
+    def row(scores: list[float]) -> dict:
+        return MatchResult("self", len(scores), 0, 0, 0, 0, 10, 10, scores).as_dict()
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"before (v0)": {"self": row([1.0, 2.0, 3.0])},
+                                "after": {"self": row([4.0, 6.0, 5.0])}}))
+    (figure,) = demo_figures(path)
+    assert figure.name == "score with self" and not figure.share
+    assert figure.before.value == 2.0 and figure.after.value == 5.0
+    assert figure.after.lo < 5.0 < figure.after.hi
+
+
+def test_compare_figures_per_arm_and_round(tmp_path):
+    """From the arms `agora compare` writes (DiscussionResult.as_dict)."""
+    def result(rounds: int, correct: list[list[int]]) -> dict:
+        return DiscussionResult(rounds=rounds, seats=len(correct[0]), tasks=20,
+                                correct=correct).as_dict()
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps({
+        "single-agent": {"updates": 8, "before": result(1, [[4]]), "after": result(1, [[6]])},
+        "multi-agent": {"updates": 3, "before": result(2, [[4, 4], [5, 5]]),
+                        "after": result(2, [[6, 6], [9, 9]])}}))
+    figures = {f.name: f for f in compare_figures(path)}
+    assert set(figures) == {"single-agent: last turn", "single-agent: updates",
+                            "multi-agent: turn 1", "multi-agent: last turn",
+                            "multi-agent: updates"}
+    last = figures["multi-agent: last turn"]
+    assert last.before.value == 0.25 and last.after.value == 0.45 and last.after.n == 40
+    assert figures["multi-agent: updates"].after.value == 3
+    verdict = check(Target.parse("multi-agent: last turn > single-agent: last turn"),
+                    list(figures.values()))
+    assert verdict["met"] and verdict["bound"] == 0.3
+
+
+def test_the_learner_summary_and_curve_read_metrics_rows(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"update": u, "elapsed_s": 30.0 * u,
+             "agents": {"p": {"reward_mean": u / 8, "reward_std": 0.5, "entropy": 1 - u / 10,
+                              "win_rate": u / 10}}} for u in range(1, 9)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
+    summary = learner_summary(path)["p"]
+    assert summary["reward_mean"] == {"first": pytest.approx(1.5 / 8),
+                                      "last": pytest.approx(7.5 / 8)}
+    assert "kl" not in summary  # never logged
+    curve = training_curve(path)
+    assert curve["key"] == "win_rate" and curve["points"][0] == [1, 0.5, 0.1]
+    assert learner_summary(tmp_path / "none.jsonl") == {} and training_curve(tmp_path / "x") == {}
+
+
+def test_the_markdown_lists_targets_commands_and_failures():
+    wins = Figure("wins vs random", Estimate.proportion(10, 100), Estimate.proportion(60, 100))
+    done = {"name": "ttt", "recipe": "Tic-Tac-Toe", "kind": "demo", "status": "done",
+            "commands": ["agora demo x.yaml --run-id ttt"], "log": "logs/ttt.log",
+            "wall_s": 60, "figures": [wins.as_dict()],
+            "targets": [check(Target.parse("wins vs random >= 0.7"), [wins])],
+            "learner": {"ttt": {"p": {"reward_std": {"first": 0.0, "last": 0.25}}}}}
+    failed = {"name": "m", "recipe": "MAPoRL", "kind": "compare", "status": "failed",
+              "commands": ["agora compare m.yaml"], "log": "logs/m.log", "wall_s": 3,
+              "error": "'two arms' exited 2", "log_tail": "config error: environment.name"}
+    text = markdown([done, failed], Path("plan.yaml"), "2 cores")
+    assert "| Tic-Tac-Toe | wins vs random | 10.0% [" in text and "| >= 0.7 | **no** |" in text
+    assert "| MAPoRL | - | - | - | - | **failed**: 'two arms' exited 2 |" in text
+    assert "agora demo x.yaml --run-id ttt" in text and "config error: environment.name" in text
+    assert "| turn reward spread | 0 | 0.25 |" in text
+    assert "| wins vs random | 10.0% [" in text and "| up |" in text
