@@ -30,6 +30,7 @@ class Outputs:
 
     figures: Path  # the JSON its figures come from
     metrics: dict[str, Path]  # label -> a training run's metrics.jsonl (none for reflect)
+    run: Path | None = None  # the trained run (train_eval): its episodes show partner switches
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
@@ -80,7 +81,7 @@ def outputs(exp: Experiment, runs: Path) -> Outputs:
         return Outputs(arms["multi"] / "compare.json",
                        {f"{exp.name} ({arm})": d / "metrics.jsonl" for arm, d in arms.items()})
     if exp.kind == "train_eval":
-        return Outputs(run / "eval" / "eval.json", {exp.name: run / "metrics.jsonl"})
+        return Outputs(run / "eval" / "eval.json", {exp.name: run / "metrics.jsonl"}, run)
     return Outputs(run / "eval", {})  # reflect all: eval/base.json ... eval/dpo.json
 
 

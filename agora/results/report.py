@@ -101,6 +101,8 @@ def markdown(outcomes: list[dict], plan_path: Path, made_on: str) -> str:
             figure = Figure.from_dict(data)
             lines.append(_row([figure.name, _cell(figure.before, figure.share),
                                _cell(figure.after, figure.share), change(figure)]))
+        if outcome.get("switching"):
+            lines += switching_lines(outcome["switching"])
         for label, agents in outcome.get("learner", {}).items():
             for agent, signals in agents.items():
                 if not signals:
@@ -114,9 +116,11 @@ def markdown(outcomes: list[dict], plan_path: Path, made_on: str) -> str:
 
 
 def plot_curves(outcomes: list[dict], path: Path) -> Path | None:
-    """One panel per experiment that trained: its training curve over updates."""
+    """One panel per experiment that trained: its training curve over updates; and one per
+    run with a switching partner: the learner's reward per update, coloured by strategy."""
     panels = [(o, label, curve) for o in outcomes for label, curve in o.get("curves", {}).items()
               if curve]
+    panels += [(o, "switching", o["switching"]) for o in outcomes if o.get("switching")]
     if not panels:
         return None
     columns = min(3, len(panels))
@@ -126,6 +130,9 @@ def plot_curves(outcomes: list[dict], path: Path) -> Path | None:
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, (outcome, label, curve) in zip(axes.flat, panels, strict=False):
+        if label == "switching":
+            _plot_switching(ax, outcome, curve)
+            continue
         scale = CURVE_SCALE.get(curve["key"], 1.0)
         updates = [p[0] for p in curve["points"]]
         values = [p[2] * scale for p in curve["points"]]
@@ -138,6 +145,40 @@ def plot_curves(outcomes: list[dict], path: Path) -> Path | None:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _plot_switching(ax, outcome: dict, report: dict) -> None:
+    strategies = sorted({strategy for _, strategy, _ in report["curve"]})
+    colours = dict(zip(strategies, plt.rcParams["axes.prop_cycle"].by_key()["color"],
+                       strict=False))
+    for segment in report["segments"]:
+        points = [(c, r) for c, s, r in report["curve"]
+                  if segment["start"] <= c <= segment["end"]]
+        ax.plot([c for c, _ in points], [r for _, r in points], marker=".",
+                color=colours[segment["strategy"]])
+        ax.axvline(segment["start"] - 0.5, color="grey", lw=0.5, ls="--")
+    for strategy, colour in colours.items():
+        ax.plot([], [], color=colour, label=strategy)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{outcome['recipe']}\n{report['learner']}'s reward by partner strategy",
+                 fontsize=9)
+    ax.set_xlabel("update (partner's clock)")
+    ax.set_ylabel("mean episode reward")
+    ax.grid(alpha=0.3)
+
+
+def switching_lines(report: dict) -> list[str]:
+    """results.md's table of the returns to a strategy met before."""
+    summary = report["summary"]
+    lines = ["", f"Partner switches: {summary['switches']}; returns to a strategy met before: "
+                 f"{summary['returns']}, recovered within the segment: {summary['recovered']}.",
+             "", _row(["update", "strategy", "reward before (its last segment)", "first update",
+                       "forgetting", "updates to recover"]), "|---|---|---|---|---|---|"]
+    for r in report["returns"]:
+        after = "-" if r["recovered_after"] is None else str(r["recovered_after"])
+        lines.append(_row([str(r["start"]), r["strategy"], f"{r['before']:.3f}",
+                           f"{r['first']:.3f}", f"{r['forgetting']:+.3f}", after]))
+    return lines
 
 
 def write_results(outcomes: list[dict], out: Path, plan_path: Path) -> dict[str, Path]:

@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agora.config.run import load_config
 from agora.evaluation.curves import read_metrics
 from agora.evaluation.learner import learner_summary
+from agora.evaluation.switching import switching_report
 from agora.results.commands import outputs, steps
 from agora.results.figures import (
+    Estimate,
     Figure,
     compare_figures,
     demo_figures,
@@ -72,6 +75,9 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
         except (OSError, KeyError, ValueError, TypeError) as err:
             outcome.update(status="failed", error=f"reading {found.figures}: {err!r}")
         else:
+            if found.run is not None:  # a train_eval run: its partner switches, if any
+                outcome["switching"] = switching(found.run)
+                figures += switching_figures(outcome["switching"])
             outcome.update(status="done", figures=[f.as_dict() for f in figures],
                            targets=[check(t, figures) for t in exp.parsed_targets()])
             for label, metrics in found.metrics.items():
@@ -82,6 +88,29 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
         outcome["log_tail"] = "\n".join(lines[-LOG_TAIL_LINES:])
     outcome_path(out, exp).write_text(json.dumps(outcome, indent=2) + "\n")
     return outcome
+
+
+def switching(run: Path) -> dict:
+    """The switching-partner analysis of a trained run ({} without a scheduled partner)."""
+    cfg = load_config(run / "config.yaml")
+    learner = cfg.learner or cfg.trainable_agents[0].name
+    return switching_report(run / "episodes.jsonl", learner)
+
+
+def switching_figures(report: dict) -> list[Figure]:
+    """After-only figures of the partner switches: the share of returns to a strategy met
+    before on which the learner got back to its earlier reward, and how fast."""
+    summary = report.get("summary")
+    if not summary or not summary["returns"]:
+        return []
+    figures = [Figure("returns recovered", None,
+                      Estimate.proportion(summary["recovered"], summary["returns"]))]
+    if summary["median_updates_to_recover"] is not None:
+        figures.append(Figure("median updates to recover", None,
+                              Estimate(float(summary["median_updates_to_recover"])), False))
+    figures.append(Figure("mean forgetting (reward)", None,
+                          Estimate(float(summary["mean_forgetting"])), False))
+    return figures
 
 
 def check(target: Target, figures: list[Figure]) -> dict:
