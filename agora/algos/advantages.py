@@ -109,9 +109,11 @@ def learning_signal(rewards: torch.Tensor, advantages: torch.Tensor, returns: to
         "adv_abs": advantages.abs().mean(),
     }
     if turn_advantages is None:
+        # On the device, no branch on a device value: one more host sync per update would
+        # show on a GPU (tests/integration/test_ppo_device.py counts them).
         spread = returns.var(unbiased=False)
-        out["explained_var"] = (1 - (returns - values).var(unbiased=False) / spread
-                                if spread > 1e-8 else zero)
+        explained = 1 - (returns - values).var(unbiased=False) / spread.clamp_min(1e-8)
+        out["explained_var"] = torch.where(spread > 1e-8, explained, zero)
     else:
         out["adv_zero"] = rewards.new_tensor(
             sum(abs(a) < 1e-9 for a in turn_advantages) / max(len(turn_advantages), 1))

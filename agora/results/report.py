@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import subprocess
+import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def plot_curves(outcomes: list[dict], path: Path) -> Path | None:
         updates = [p[0] for p in curve["points"]]
         values = [p[2] * scale for p in curve["points"]]
         ax.plot(updates, values, marker="." if len(values) < 30 else None)
-        ax.set_title(f"{outcome['recipe']}\n{label}", fontsize=9)
+        ax.set_title(_title(outcome["recipe"], label), fontsize=9)
         ax.set_xlabel("update")
         ax.set_ylabel(curve["key"] + (" / 25" if scale != 1.0 else ""))
         ax.grid(alpha=0.3)
@@ -145,6 +146,11 @@ def plot_curves(outcomes: list[dict], path: Path) -> Path | None:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _title(recipe: str, label: str) -> str:
+    """A panel's title, wrapped to the panel's width (recipe names run long)."""
+    return "\n".join([*textwrap.wrap(recipe, 60), label])
 
 
 def _plot_switching(ax, outcome: dict, report: dict) -> None:
@@ -160,7 +166,7 @@ def _plot_switching(ax, outcome: dict, report: dict) -> None:
     for strategy, colour in colours.items():
         ax.plot([], [], color=colour, label=strategy)
     ax.legend(fontsize=7)
-    ax.set_title(f"{outcome['recipe']}\n{report['learner']}'s reward by partner strategy",
+    ax.set_title(_title(outcome["recipe"], f"{report['learner']}'s reward by partner strategy"),
                  fontsize=9)
     ax.set_xlabel("update (partner's clock)")
     ax.set_ylabel("mean episode reward")
