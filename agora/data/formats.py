@@ -1,5 +1,15 @@
 """Row formats shared by the JSONL and Hugging Face loaders: one dict in, one ``Task`` out.
 
+Each format is a benchmark's own Hugging Face schema, so a user's local copy (a JSONL export, a
+parquet file through the ``hf`` source's builders) and the Hub dataset load alike:
+
+- ``gsm8k`` (openai/gsm8k): ``question``, ``answer`` ending in ``#### <number>``.
+- ``anli`` (facebook/anli, splits ``train_r1`` ... ``test_r3``): ``premise``, ``hypothesis``,
+  ``label`` 0/1/2 (entailment/neutral/contradiction), ``uid``.
+- ``math`` (HuggingFaceH4/MATH-500, and Hendrycks MATH): ``problem``, ``answer`` in LaTeX (or,
+  as in the original MATH, none: then the last ``\\boxed{}`` of ``solution``), ``level``,
+  ``subject`` / ``type``, ``unique_id``.
+
 Each parser raises ``ValueError`` with a message about the row alone ("missing 'hypothesis'");
 the loader prefixes where the row came from ("anli_sample.jsonl line 3: ..."), so the same
 parsers give useful errors for files and Hub datasets alike.
@@ -13,7 +23,7 @@ from typing import Any, Literal
 
 from agora.data.base import NLI_LABELS, NO_GOLD_LABEL, Task, gold_nli_label
 
-Format = Literal["gsm8k", "anli"]
+Format = Literal["gsm8k", "anli", "math"]
 
 NLI_PROMPT = (
     "Premise: {premise}\n"
@@ -23,6 +33,8 @@ NLI_PROMPT = (
 )
 
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_LEVEL = re.compile(r"^(?:level\s*)?([1-9])$", re.IGNORECASE)
 
 
 class SkipRow(Exception):  # noqa: N818 - a signal, not an error
@@ -73,9 +85,52 @@ def anli_task(row: dict[str, Any], task_id: str, source: str) -> Task:
     )
 
 
+def math_task(row: dict[str, Any], task_id: str, source: str) -> Task:
+    """A MATH-500 row (or an original MATH row, whose answer is boxed in its solution)."""
+    problem = _text_field(row, "problem")
+    solution = row.get("solution")
+    if "answer" in row:
+        answer = row["answer"]
+        if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+            raise ValueError(f"'answer' must be a string, got {type(answer).__name__}")
+        answer = str(answer).strip()
+        if not answer:
+            raise ValueError("'answer' is empty")
+    elif isinstance(solution, str):
+        answer = (last_boxed(solution) or "").strip()
+        if not answer:
+            raise ValueError(f"no 'answer', and 'solution' has no \\boxed{{}} answer: "
+                             f"{_tail(solution)!r}")
+    else:
+        raise ValueError("missing 'answer' (or a 'solution' with a \\boxed{} answer)")
+    metadata = {key: row[key] for key in ("solution", "subject", "type")
+                if isinstance(row.get(key), str)}
+    return Task(task_id=_row_id(row, task_id), kind="math", question=problem, answer=answer,
+                source=source, difficulty=_math_level(row), metadata=metadata)
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last complete ``\\boxed{...}`` (braces balanced; a box cut off by
+    the token limit is skipped for the one before it). One pass pairs every brace, so a
+    response of thousands of unclosed boxes costs linear time, not quadratic."""
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for index, char in enumerate(text):
+        if char == "{":
+            stack.append(index)
+        elif char == "}" and stack:
+            closing[stack.pop()] = index
+    for match in reversed(list(_BOXED.finditer(text))):
+        opening = match.end() - 1
+        if opening in closing:
+            return text[match.end():closing[opening]]
+    return None
+
+
 PARSERS: dict[str, Callable[[dict[str, Any], str, str], Task]] = {
     "gsm8k": gsm8k_task,
     "anli": anli_task,
+    "math": math_task,
 }
 
 
@@ -89,8 +144,9 @@ def _text_field(row: dict[str, Any], name: str) -> str:
 
 
 def _row_id(row: dict[str, Any], default: str) -> str:
-    """The dataset's own id when it has one (ANLI has 'uid'), so ids survive re-ordering."""
-    for key in ("id", "uid"):
+    """The dataset's own id when it has one (ANLI has 'uid', MATH-500 'unique_id'), so ids
+    survive re-ordering."""
+    for key in ("id", "uid", "unique_id"):
         value = row.get(key)
         if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
             return str(value)
@@ -100,6 +156,16 @@ def _row_id(row: dict[str, Any], default: str) -> str:
 def _difficulty(row: dict[str, Any]) -> str | int | None:
     value = row.get("difficulty")
     return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def _math_level(row: dict[str, Any]) -> str | int | None:
+    """MATH's difficulty: ``level`` 1-5 (MATH-500 writes 3, the original MATH "Level 3"; its
+    few "Level ?" rows get none)."""
+    level = row.get("level")
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    match = _LEVEL.match(level.strip()) if isinstance(level, str) else None
+    return int(match.group(1)) if match else _difficulty(row)
 
 
 def _tail(text: str, chars: int = 40) -> str:

@@ -89,13 +89,26 @@ def _jsonl_tasks(spec: JsonlSpec) -> list[Task]:
 
 def _hf_tasks(spec: HFSpec, split: Split) -> list[Task]:
     if spec.split is not None:
-        rows = _hf_rows(spec, spec.split)
-        tasks = _parse_hf(spec, spec.split, rows)
+        parts = [spec.split] if isinstance(spec.split, str) else spec.split
+        tasks = []
+        for part in parts:
+            tasks += _parse_hf(spec, part, _hf_rows(spec, part))
+        _refuse_duplicate_ids(tasks, spec.name, parts)
         return split_tasks(tasks, split, spec.test_fraction, spec.seed)
     tasks = []
     for part in ("train", "test") if split == "all" else (split,):
         tasks += _parse_hf(spec, part, _hf_rows(spec, part))
     return tasks
+
+
+def _refuse_duplicate_ids(tasks: list[Task], name: str, parts: list[str]) -> None:
+    """Splits joined into one pool must not repeat a row (the same split named twice)."""
+    seen: set[str] = set()
+    for task in tasks:
+        if task.task_id in seen:
+            raise TaskError(f"Hugging Face dataset {name!r} splits {parts}: the id "
+                            f"{task.task_id!r} is in more than one (a split named twice?)")
+        seen.add(task.task_id)
 
 
 def _hf_rows(spec: HFSpec, hf_split: str) -> list[tuple[int, Any]]:

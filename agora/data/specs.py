@@ -52,7 +52,7 @@ class _RowSpec(_Spec):
 
 
 class JsonlSpec(_RowSpec):
-    """A JSON-lines file in GSM8K or ANLI format."""
+    """A JSON-lines file in GSM8K, ANLI or MATH format (agora/data/formats.py)."""
 
     source: Literal["jsonl"]
     path: Path
@@ -62,14 +62,15 @@ class HFSpec(_RowSpec):
     """A Hugging Face dataset through ``datasets.load_dataset`` (needs the Hub or its cache).
 
     ``split`` unset: the dataset's own split named like the requested one ("train"/"test") is
-    read whole. ``split`` set (e.g. ANLI's "train_r1"): that one split is read and divided into
+    read whole. ``split`` set (e.g. ANLI's "train_r1", or its three rounds as a list
+    ``[test_r1, test_r2, test_r3]``): those splits are read, joined in order, and divided into
     train/test by ``test_fraction`` and ``seed``, like a file.
     """
 
     source: Literal["hf"]
     name: str = Field(..., description="'openai/gsm8k', 'facebook/anli', or a builder: 'json'")
     subset: str | None = Field(None, description="the config name, e.g. 'main' for GSM8K")
-    split: str | None = None
+    split: str | list[str] | None = Field(None, min_length=1)
     data_files: str | list[str] | dict[str, str | list[str]] | None = None
     cache_dir: str | None = None
 

@@ -173,6 +173,16 @@ def _plot_switching(ax, outcome: dict, report: dict) -> None:
     ax.grid(alpha=0.3)
 
 
+def plot_switching(outcome: dict, path: Path) -> Path:
+    """The switching curve of one run alone: the figure a README or a paper shows."""
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    _plot_switching(ax, outcome, outcome["switching"])
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def switching_lines(report: dict) -> list[str]:
     """results.md's table of the returns to a strategy met before."""
     summary = report["summary"]
@@ -188,11 +198,16 @@ def switching_lines(report: dict) -> list[str]:
 
 
 def write_results(outcomes: list[dict], out: Path, plan_path: Path) -> dict[str, Path]:
-    """results.md, results.json and (when anything trained) curves.png in ``out``."""
+    """results.md, results.json, (when anything trained) curves.png and, for each run with a
+    switching partner, switching-<name>.png in ``out``."""
     written = {"markdown": out / "results.md", "json": out / "results.json"}
     written["markdown"].write_text(markdown(outcomes, plan_path, machine()))
     written["json"].write_text(json.dumps(outcomes, indent=2) + "\n")
     png = plot_curves(outcomes, out / "curves.png")
     if png is not None:
         written["curves"] = png
+    for outcome in outcomes:
+        if outcome.get("switching"):
+            name = f"switching-{outcome['name']}"
+            written[name] = plot_switching(outcome, out / f"{name}.png")
     return written

@@ -290,6 +290,18 @@ def test_verify_nli_on_sample_tasks():
                    if t.answer != "entailment")
 
 
+def test_math500_sample_solutions_verify_against_their_latex_answers():
+    """MATH's golds are LaTeX (fractions, radicals, intervals, tuples): each worked solution is
+    right against its own row's answer and wrong against another row's."""
+    tasks = load_tasks({"source": "jsonl", "path": "data/samples/math500_sample.jsonl",
+                        "format": "math"}, "all")
+    assert all(verify_math(t.metadata["solution"], t).correct for t in tasks)
+    shifted = zip(tasks, tasks[1:] + tasks[:1], strict=True)
+    assert not any(verify_math(t.metadata["solution"], other).correct for t, other in shifted
+                   if t.answer != other.answer)
+    assert verify_math("Answer: 0.75", tasks[1]).correct  # \\frac{3}{4}, written another way
+
+
 def test_bad_nli_gold_is_a_task_error():
     with pytest.raises(TaskError, match="label 'maybe'"):
         verify_nli("neutral", TaskRef(answer="maybe"))

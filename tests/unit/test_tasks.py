@@ -15,6 +15,7 @@ from agora.rewards.verifiers.math import verify_math
 ROOT = Path(__file__).resolve().parents[2]
 GSM8K = ROOT / "data" / "samples" / "gsm8k_sample.jsonl"
 ANLI = ROOT / "data" / "samples" / "anli_sample.jsonl"
+MATH500 = ROOT / "data" / "samples" / "math500_sample.jsonl"
 GSM8K_ANSWERS = ["29", "126", "105", "240", "420", "210", "7", "35.25", "720", "27", "4", "66",
                  "62", "7", "-2", "8", "40", "1393", "10", "72", "0.5"]
 
@@ -183,6 +184,28 @@ def test_anli_sample_has_all_labels():
     assert tasks[0].metadata["hypothesis"].startswith("Trams crossed")
 
 
+def test_math500_sample_loads_in_its_own_schema():
+    tasks = load_tasks(jsonl("math", MATH500), "all")
+    assert len(tasks) == 14 and all(t.kind == "math" for t in tasks)
+    assert tasks[0].task_id == "test/prealgebra/1.json"  # MATH-500's unique_id
+    assert [t.answer for t in tasks][:2] == ["17", "\\frac{3}{4}"]
+    assert {t.difficulty for t in tasks} <= {1, 2, 3, 4, 5}
+    assert tasks[-1].metadata["subject"] == "Precalculus"
+    assert tasks[4].answer == "(-3, 3)" and tasks[4].metadata["solution"].endswith("$.")
+
+
+def test_original_math_rows_take_the_boxed_answer_of_their_solution(tmp_path):
+    """Hendrycks MATH has no 'answer' column: the last complete box of the solution is it."""
+    rows = [{"problem": "p", "level": "Level 4", "type": "Algebra",
+             "solution": "First \\boxed{1}, then $\\boxed{\\frac{a}{b^{2}}}$."},
+            {"problem": "q", "level": "Level ?", "type": "Geometry",
+             "solution": "So \\fbox{7} \\boxed{8"}]
+    tasks = load_tasks(jsonl("math", write(tmp_path, "m.jsonl", rows)), "all")
+    assert [t.answer for t in tasks] == ["\\frac{a}{b^{2}}", "7"]
+    assert [t.difficulty for t in tasks] == [4, None]
+    assert tasks[0].metadata["type"] == "Algebra"
+
+
 def test_file_split_is_seeded_exact_and_disjoint():
     spec = jsonl("gsm8k", test_fraction=0.25, seed=1)
     train, test = load_tasks(spec, "train"), load_tasks(spec, "test")
@@ -202,6 +225,7 @@ def write(tmp_path: Path, name: str, lines: list[object]) -> Path:
 
 NLI_ROW = {"premise": "A cat sat on the mat.", "hypothesis": "An animal sat.", "label": 0}
 GSM_ROW = {"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}
+MATH_ROW = {"problem": "What is $2 + 2$?"}
 
 BAD_FILES = {
     "missing hypothesis": ("anli", [NLI_ROW, NLI_ROW | {"uid": "b"},
@@ -216,6 +240,12 @@ BAD_FILES = {
     "answer not a number": ("gsm8k", [GSM_ROW | {"answer": "#### four"}], "'#### <number>'"),
     "answer a list": ("gsm8k", [GSM_ROW | {"answer": [4]}], "'answer' must be a string"),
     "missing question": ("gsm8k", [{"answer": "#### 4"}], "line 1: missing 'question'"),
+    "math: missing problem": ("math", [{"answer": "1"}], "line 1: missing 'problem'"),
+    "math: no answer, no box": ("math", [MATH_ROW | {"solution": "It is 4."}],
+                                "no 'answer', and 'solution' has no \\boxed{} answer"),
+    "math: no answer at all": ("math", [{"problem": "p"}], "missing 'answer' (or a 'solution'"),
+    "math: answer a list": ("math", [MATH_ROW | {"answer": [1]}], "'answer' must be a string"),
+    "math: empty answer": ("math", [MATH_ROW | {"answer": " "}], "'answer' is empty"),
     "duplicate id": ("gsm8k", [GSM_ROW | {"id": "a"}, GSM_ROW | {"id": "a"}],
                      "line 2: duplicate id 'a' (first at bad.jsonl line 1)"),
 }
@@ -282,6 +312,26 @@ def test_hf_loader_uses_the_dataset_split_when_none_is_named(tmp_path):
     assert len(load_tasks(spec, "train")) == 21
     assert [t.answer for t in load_tasks(spec, "test")] == ["entailment"]
     assert len(load_tasks(spec, "all")) == 22
+
+
+def test_hf_loader_joins_the_named_splits(tmp_path):
+    """ANLI's rounds are splits of one dataset (train_r1 ... test_r3): a list reads them all."""
+    rounds = {f"test_r{r}": str(write(tmp_path, f"r{r}.jsonl", [
+        NLI_ROW | {"uid": f"r{r}-{i}", "label": i % 3} for i in range(4)])) for r in (1, 2, 3)}
+    spec = hf(tmp_path, rounds, "anli", split=["test_r1", "test_r2", "test_r3"],
+              test_fraction=0.25)
+    every = load_tasks(spec, "all")
+    assert [t.task_id for t in every][::4] == ["r1-0", "r2-0", "r3-0"] and len(every) == 12
+    assert len(load_tasks(spec, "test")) == 3
+    twice = hf(tmp_path, rounds, "anli", split=["test_r1", "test_r1"])
+    with pytest.raises(TaskError, match="'r1-0' is in more than one"):
+        load_tasks(twice, "all")
+
+
+def test_hf_loader_reads_math500_in_its_schema(tmp_path):
+    tasks = load_tasks(hf(tmp_path, {"test": str(MATH500)}, "math"), "test")
+    assert [t.task_id for t in tasks] == [t.task_id for t in
+                                         load_tasks(jsonl("math", MATH500), "all")]
 
 
 def test_hf_errors_name_the_dataset_split_and_row(tmp_path):

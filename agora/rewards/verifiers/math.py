@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from agora.data import rgym
 from agora.data.base import TaskRef
+from agora.data.formats import last_boxed
 
 MAX_ANSWER_CHARS = 200
 COMPARE_TIMEOUT_S = 5.0  # one (gold, answer) comparison in a worker
@@ -42,7 +43,6 @@ STARTUP_TIMEOUT_S = 120.0  # a worker imports sympy first; slow on a loaded mach
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 _log = logging.getLogger(__name__)
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # Possessive quantifiers keep these linear on adversarial text (runs of spaces, "answer is"
 # repeated); responses can be 32k characters long.
 _MARKERS = re.compile(r"(?:answer\s*+(?:is|:|=)|####)[\s:]*+(?P<rest>[^\n]*)", re.IGNORECASE)
@@ -72,7 +72,7 @@ def extract_final_answer(text: str) -> str | None:
     "answer is" / "Answer:" / "####"; else the last number. None if there is none."""
     if not isinstance(text, str):
         return None
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed:
         return normalize_answer(boxed) or None
     markers = [m for m in _MARKERS.finditer(text) if m.group("rest").strip()]
@@ -84,24 +84,6 @@ def extract_final_answer(text: str) -> str | None:
             return answer
     numbers = _NUMBER.findall(text)
     return normalize_answer(numbers[-1]) if numbers else None
-
-
-def _last_boxed(text: str) -> str | None:
-    """The content of the last complete ``\\boxed{...}`` (braces balanced; a box cut off by
-    the token limit is skipped for the one before it). One pass pairs every brace, so a
-    response of thousands of unclosed boxes costs linear time, not quadratic."""
-    closing: dict[int, int] = {}
-    stack: list[int] = []
-    for index, char in enumerate(text):
-        if char == "{":
-            stack.append(index)
-        elif char == "}" and stack:
-            closing[stack.pop()] = index
-    for match in reversed(list(_BOXED.finditer(text))):
-        opening = match.end() - 1
-        if opening in closing:
-            return text[match.end():closing[opening]]
-    return None
 
 
 def normalize_answer(answer: str) -> str:
