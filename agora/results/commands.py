@@ -41,18 +41,12 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
                                  *_sets([*sets, f"name={exp.name}"])])]
     budget = ([f"trainer.max_updates={exp.updates}", "trainer.max_minutes=null"]
               if exp.updates else [])
+    out: list[Step] = []
+    if exp.warm_start is not None:  # demo and train_eval: SFT first, PPO starts from it
+        adapter = runs / f"{exp.name}-sft"
+        out.append(_warm_start_step(exp, adapter, sets))
+        sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
     if exp.kind == "demo":
-        out: list[Step] = []
-        if exp.warm_start is not None:
-            adapter = runs / f"{exp.name}-sft"
-            ws = exp.warm_start
-            out.append(Step("warm start", [
-                "warm-start", config, "--out", str(adapter), "--episodes", str(ws.episodes),
-                "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
-                "--batch-size", str(ws.batch_size),
-                *([] if ws.opponents else ["--no-opponents"]),
-                *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)]))
-            sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
         out.append(Step("train + evaluate", [
             "demo", config, "--run-id", exp.name,
             *(["--minutes", f"{exp.minutes:g}"] if exp.minutes else []),
@@ -66,10 +60,21 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
             *(["--tasks", str(exp.tasks)] if exp.tasks else []), *_sets(sets)])]
     minutes = [f"trainer.max_minutes={exp.minutes:g}"] if exp.minutes else []
     return [
+        *out,
         Step("train", ["up", config, "--run-id", exp.name, *_sets([*sets, *minutes, *budget])]),
         Step("evaluate", ["eval", str(runs / exp.name),
                           *(["--games", str(exp.games)] if exp.games else [])]),
     ]
+
+
+def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
+    ws = exp.warm_start
+    assert ws is not None
+    return Step("warm start", [
+        "warm-start", str(exp.config), "--out", str(adapter), "--episodes", str(ws.episodes),
+        "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
+        "--batch-size", str(ws.batch_size), *([] if ws.opponents else ["--no-opponents"]),
+        *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)])
 
 
 def outputs(exp: Experiment, runs: Path) -> Outputs:

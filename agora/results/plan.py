@@ -8,7 +8,7 @@ kinds, each the commands a user would type by hand (``commands.py`` builds them)
 |---|---|---|---|
 | demo | [warm-start], demo | the run's v0 | its latest adapter |
 | compare | compare | each arm's v0 | each arm's latest |
-| train_eval | up, eval | the run's v0 | its latest |
+| train_eval | [warm-start], up, eval | the run's v0 | its latest |
 | reflect | reflect all | the base model | the DPO stage |
 
 A target is ``"FIGURE OP BOUND"`` (OP: ``>=``, ``<=``, ``>``, ``<``, with spaces around it) and
@@ -118,8 +118,9 @@ class Experiment(BaseModel):
         if self.kind == "reflect" and (self.minutes or self.updates or self.warm_start):
             raise ValueError("reflect runs its config's stages: no minutes, updates or "
                              "warm_start")
-        if self.warm_start is not None and self.kind != "demo":
-            raise ValueError("warm_start: only a demo experiment warm-starts")
+        if self.warm_start is not None and self.kind not in ("demo", "train_eval"):
+            raise ValueError("warm_start: only demo and train_eval experiments warm-start "
+                             "(a compare's two arms would start from one agent's SFT)")
         return self
 
 

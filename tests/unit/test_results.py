@@ -73,11 +73,23 @@ def test_budgets_become_the_commands_options(tmp_path):
     assert evaluate.args == ["eval", str(runs / "c"), "--games", "5"]
 
 
+def test_a_train_eval_experiment_warm_starts_its_learner(tmp_path):
+    plan = load_plan(write_plan(tmp_path, experiment(
+        name="n", kind="train_eval", config=str(ROOT / "configs/negotiation.yaml"), minutes=4,
+        warm_start={"episodes": 3, "max_steps": 5})))
+    warm, train, evaluate = steps(plan.experiments[0], runs := tmp_path / "runs")
+    assert warm.args[:2] == ["warm-start", str(ROOT / "configs/negotiation.yaml")]
+    assert warm.args[warm.args.index("--out") + 1] == str(runs / "n-sft")
+    assert warm.args[warm.args.index("--max-steps") + 1] == "5"
+    assert f"agents.0.init_adapter={runs / 'n-sft'}" in train.args and train.args[0] == "up"
+    assert "init_adapter" not in " ".join(evaluate.args)  # eval reads the run's own adapters
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"kind": "train"}, "experiments.0.kind"),
     ({"name": "../x"}, "experiments.0.name"),
     ({"minutes": 1, "updates": 2}, "minutes or updates, not both"),
-    ({"kind": "compare", "warm_start": {"episodes": 2}}, "only a demo experiment warm-starts"),
+    ({"kind": "compare", "warm_start": {"episodes": 2}}, "only demo and train_eval experiments"),
     ({"kind": "reflect", "minutes": 3}, "reflect runs its config's stages"),
     ({"targets": ["wins vs random 0.7"]}, "is not 'FIGURE OP BOUND'"),
     ({"config": "configs/nothing.yaml"}, "experiments.ttt.config: no file"),
