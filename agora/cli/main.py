@@ -106,6 +106,8 @@ def progress_table(stack: Stack, started: float) -> Table:
         columns = {"version": "policy_version", "reward": "reward_mean",
                    "acc turn 1": "accuracy_first", "acc last turn": "accuracy_last",
                    "answer parsed": "legal_rate", "KL": "kl", "update s": "update_s"}
+        if stack.cfg.environment.answer != "text":  # per episode: programs run, and right
+            columns |= {"programs": "programs_run", "programs right": "programs_right"}
     elif spec.metrics:  # Hanabi, negotiation, story, code_debug, support: their own metrics
         columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
                    **{m.replace("_", " "): m for m in spec.metrics},

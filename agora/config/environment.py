@@ -61,6 +61,10 @@ class EnvironmentConfig(StrictModel):
     # Discussions: answer-read-revise rounds, and where the questions come from.
     rounds: int = Field(2, ge=1, le=10)
     task: TaskSpec | None = None
+    # Math discussions: how an agent gives its answer (agora/rewards/verifiers/program.py).
+    # text: a written final answer. program: a Python block whose last printed line is the
+    # answer, run in the reward service's sandbox. either: a program when it writes one.
+    answer: Literal["text", "program", "either"] = "text"
     pool: PoolConfig = Field(default_factory=PoolConfig)
 
     @field_validator("seats")

@@ -143,6 +143,11 @@ class RunConfig(StrictModel):
         if self.reward.verifier not in scorers:
             raise ValueError(f"reward.verifier: '{self.reward.verifier}' does not score a "
                              f"'{env}' environment (use {' or '.join(scorers)})")
+        if self.environment.answer != "text" and (env != "discussion"
+                                                  or self.reward.verifier != "math"):
+            raise ValueError(f"environment.answer: '{self.environment.answer}' answers are "
+                             "programs printing a number: math discussions only "
+                             "(reward.verifier: math)")
         self._check_seats(names)
         if env in GAME_BOTS:
             allowed = {"self", *GAME_BOTS[env]}

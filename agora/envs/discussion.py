@@ -22,6 +22,14 @@ ANSWER_FORMAT = {
     "nli": "End with a final line 'Answer: entailment', 'Answer: neutral' or "
     "'Answer: contradiction'.",
 }
+# Math discussions that may answer with a program (environment.answer; the reward service runs
+# it in its sandbox and reads the last printed line).
+PROGRAM_FORMAT = {
+    "program": "Answer with a short Python program in a ```python block that prints the final "
+    "answer.",
+    "either": "End with a final line 'Answer: <number>', or write a short Python program in a "
+    "```python block that prints the final answer.",
+}
 # A long revision can push the prompt past the model's context: show at most this much of each
 # previous answer (the end, where the final answer is).
 MAX_SHOWN_CHARS = 600
@@ -39,9 +47,16 @@ class DiscussionTask:
 class Discussion:
     name = "discussion"
 
-    def __init__(self, task: DiscussionTask, num_agents: int = 2, rounds: int = 2) -> None:
+    def __init__(self, task: DiscussionTask, num_agents: int = 2, rounds: int = 2,
+                 answer: str = "text") -> None:
         if task.kind not in ANSWER_FORMAT:
             raise ValueError(f"discussion: unknown task kind '{task.kind}'")
+        if answer != "text" and (task.kind != "math" or answer not in PROGRAM_FORMAT):
+            raise ValueError(f"discussion: answer '{answer}' is for math tasks "
+                             f"({sorted(PROGRAM_FORMAT)})")
+        self.answer_mode = answer
+        self.answer_format = (PROGRAM_FORMAT[answer] if answer != "text"
+                              else ANSWER_FORMAT[task.kind])
         if num_agents < 1 or rounds < 1:
             raise ValueError("discussion: needs at least one agent and one round")
         self.task = task
@@ -75,7 +90,7 @@ class Discussion:
     def observation(self, seat: int) -> list[ChatMessage]:
         others = (f"You are agent {seat + 1} of {self.num_seats} working on the same problem. "
                   if self.num_seats > 1 else "")
-        system = (f"{others}Think step by step, briefly. {ANSWER_FORMAT[self.task.kind]}")
+        system = f"{others}Think step by step, briefly. {self.answer_format}"
         user = f"Question: {self.task.question}"
         if self.round > 0:
             shown = []
@@ -108,7 +123,8 @@ def build(section, payload: dict) -> Discussion:
 
     task = Task.model_validate(payload["task"])
     return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
-                      num_agents=len(section.seats), rounds=section.rounds)
+                      num_agents=len(section.seats), rounds=section.rounds,
+                      answer=section.answer)
 
 
 def check(section) -> None:
@@ -121,4 +137,10 @@ def check(section) -> None:
 SPEC = EnvSpec(
     "discussion", seats=(1, 5), build=build, check=check, verifiers=("math", "nli"),
     demonstrators=("task_answer",),
-    evaluation="discussion", play=DefaultPlay("", 128, ("\n\n",)))
+    evaluation="discussion", play=DefaultPlay("", 128, ("\n\n",)),
+    # environment.answer program | either (agora/rollout/worker.py program_counts)
+    metrics={"programs_run": "discussion: answers given as a program, per episode",
+             "programs_failed": "discussion: answer programs that crashed, timed out or "
+                                "printed nothing, per episode",
+             "programs_right": "discussion: answer programs that printed the right answer, "
+                               "per episode"})

@@ -32,8 +32,10 @@ from agora.data import Task
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import majority_vote, pass_at_k, rate
-from agora.rewards.verifiers.math import extract_final_answer, verify_math
+from agora.rewards.verifiers.math import extract_final_answer
 from agora.rewards.verifiers.nli import verify_nli
+from agora.rewards.verifiers.program import AnswerMode, last_program, verify_answer
+from agora.sandbox.runner import SandboxLimits
 
 
 @dataclass(frozen=True)
@@ -47,20 +49,24 @@ class Answer:
         return self.final is not None
 
 
-def check_answer(text: str, task: Task, memo: dict | None = None) -> Answer:
+def check_answer(text: str, task: Task, memo: dict | None = None,
+                 answer_mode: AnswerMode = "text") -> Answer:
     """The verifier's verdict and the final answer. A math verdict depends on the extracted
     answer alone (``verify_math`` extracts first, then compares), so ``memo`` keeps it per
     (task, extracted answer): k samples repeat answers often, and each math-verify call costs
-    ~0.15 s of a worker process on this CPU."""
+    ~0.15 s of a worker process on this CPU. With program answers (``environment.answer``)
+    the program runs in the sandbox, as the reward service runs it in training; its printed
+    line is the final answer, and the verdict is kept per (task, program)."""
     if task.kind == "nli":
         verdict = verify_nli(text, task)
         return Answer(verdict.correct, verdict.predicted)
-    extracted = extract_final_answer(text)
-    key = (task.task_id, extracted)
+    program = last_program(text) if answer_mode != "text" else None
+    key = (task.task_id, "program", program) if program else (task.task_id,
+                                                               extract_final_answer(text))
     if memo is not None and key in memo:
         return memo[key]
-    math = verify_math(text, task)
-    answer = Answer(math.correct, math.extracted)
+    math, run = verify_answer(text, task, answer_mode, SandboxLimits())
+    answer = Answer(math.correct, run.printed if run else math.extracted)
     if memo is not None:
         memo[key] = answer
     return answer
@@ -73,18 +79,19 @@ async def sample_discussions(ctx: EvalContext, served: dict[str, str], tasks: li
     seats asking ``served[agent]``; progress shows as the phase ``label``."""
     seats = list(ctx.cfg.environment.seats)
     rounds = ctx.cfg.environment.rounds
+    answer_mode = ctx.cfg.environment.answer
     memo: dict = {}
     advance = ctx.start_phase(f"{label}: {len(tasks)} tasks x {k}", len(tasks) * k)
 
     async def one(t: int, task: Task, sample: int) -> list[list[Answer]]:
         env = Discussion(DiscussionTask(task.task_id, task.kind, task.question),
-                         num_agents=len(seats), rounds=rounds)
+                         num_agents=len(seats), rounds=rounds, answer=answer_mode)
         players = [ctx.llm_player(agent, served[agent]) for agent in seats]
         record = await ctx.play(env, players, f"eval-{t}-{sample}", t * 1000 + sample)
         grid: list[list[Answer]] = [[] for _ in range(rounds)]
         for index, turn in enumerate(record.turns):
-            grid[index // len(seats)].append(await asyncio.to_thread(check_answer, turn.text,
-                                                                     task, memo))
+            grid[index // len(seats)].append(await asyncio.to_thread(
+                check_answer, turn.text, task, memo, answer_mode))
         advance()
         return grid
 

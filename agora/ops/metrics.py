@@ -184,6 +184,12 @@ VERIFICATIONS = Counter(
     "(finished|unfinished)",
     ["kind", "result"],
 )
+PROGRAM_ANSWERS = Counter(
+    "agora_reward_program_answers_total",
+    "Math answers given as a program (answer: program | either), by outcome: right, wrong (ran, "
+    "printed a wrong answer), or how the run failed (error, timeout, no_output, cpu_limit, ...)",
+    ["outcome"],
+)
 LEARNED_SCORES = Counter(
     "agora_learned_scores_total", "Answers scored by the learned verifier", ["route"]
 )

@@ -84,14 +84,6 @@ class TaskVerifyRequest(BaseModel):
         return self
 
 
-class MathVerifyRequest(TaskVerifyRequest):
-    kind: Literal["math"]
-
-
-class NLIVerifyRequest(TaskVerifyRequest):
-    kind: Literal["nli"]
-
-
 class CodeLimits(BaseModel):
     """Sandbox limits a client may choose, within what the service is willing to spend."""
 
@@ -105,6 +97,20 @@ class CodeLimits(BaseModel):
     def sandbox(self) -> SandboxLimits:
         return SandboxLimits(cpu_seconds=self.cpu_seconds, wall_seconds=self.wall_seconds,
                              memory_mb=self.memory_mb, max_output_bytes=self.max_output_bytes)
+
+
+class MathVerifyRequest(TaskVerifyRequest):
+    kind: Literal["math"]
+    answer: Literal["text", "program", "either"] = Field(
+        "text", description="text: the written final answer. program: the response's last "
+        "```python block runs in the sandbox and its last printed line is the answer. either: "
+        "the program when there is one (agora/rewards/verifiers/program.py)")
+    program_limits: CodeLimits = Field(default_factory=CodeLimits,
+                                       description="the sandbox's limits for answer programs")
+
+
+class NLIVerifyRequest(TaskVerifyRequest):
+    kind: Literal["nli"]
 
 
 class CodeRewards(BaseModel):
@@ -172,8 +178,13 @@ class MathResult(_Rewarded):
     correct: bool
     parsable: bool
     extracted: str | None = Field(None, description="the final answer found in the response")
-    method: str = Field("", description="the scorer: 'reasoning_gym:<name>' or 'math_verify'")
+    method: str = Field("", description="the scorer: 'reasoning_gym:<name>' or 'math_verify' "
+                        "('program+...' for a program's printed answer)")
     score: float = Field(0.0, description="the scorer's own score (reasoning-gym gives partial)")
+    program: str | None = Field(None, description="answer modes program/either: how the "
+                                "response's program ran ('ok', 'error', 'timeout', 'no_output', "
+                                "...); None when no program ran")
+    printed: str | None = Field(None, description="the program's last printed line")
 
 
 class NLIResult(_Rewarded):
@@ -190,6 +201,7 @@ class _TaskVerifyResponse(BaseModel):
 
 class MathVerifyResponse(_TaskVerifyResponse):
     kind: Literal["math"] = "math"
+    answer: str = Field("text", description="the request's answer mode")
     results: list[MathResult]
 
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agora.data import TaskError
 from agora.envs.registry import GAME_BOTS
-from agora.ops.metrics import LEARNED_SCORES, VERIFICATIONS
+from agora.ops.metrics import LEARNED_SCORES, PROGRAM_ANSWERS, VERIFICATIONS
 from agora.rewards.schemas import (
     MAX_ACTION_CHARS,
     AnyVerifyRequest,
@@ -39,8 +39,9 @@ from agora.rewards.settings import RewardSettings
 from agora.rewards.verifiers.code import CodeVerdict, expected_test_names, verify_code
 from agora.rewards.verifiers.game import GameVerdict, InvalidEpisode, verify_game
 from agora.rewards.verifiers.learned import LazyVerifier, VerifierUnavailable, probability
-from agora.rewards.verifiers.math import verify_math
+from agora.rewards.verifiers.math import MathVerdict, verify_math
 from agora.rewards.verifiers.nli import verify_nli
+from agora.rewards.verifiers.program import ProgramRun, verify_answer
 
 
 class RewardError(Exception):
@@ -116,20 +117,39 @@ class RewardService:
         return verdict
 
     def verify_math(self, req: MathVerifyRequest) -> MathVerifyResponse:
+        limits = req.program_limits.sandbox()
+
+        def check(response: str) -> tuple[MathVerdict, ProgramRun | None]:
+            if req.answer == "text":
+                return verify_math(response, req.task), None
+            with self.sandbox_slots:  # a program answer runs in the sandbox, like code tests
+                return verify_answer(response, req.task, req.answer, limits)
+
         try:
-            verdicts = [verify_math(response, req.task) for response in req.responses]
+            if req.answer == "text":
+                checked = [check(response) for response in req.responses]
+            else:
+                with ThreadPoolExecutor(max_workers=min(len(req.responses), 8)) as pool:
+                    checked = list(pool.map(check, req.responses))
         except TaskError as err:
             raise RewardError(422, f"task: {err}") from None
+        verdicts = [v for v, _ in checked]
         rule = [task_reward(req.rewards, v.correct, v.extracted is not None) for v in verdicts]
         mixed = self.mix(req, rule)
         results = [
             MathResult(correct=v.correct, parsable=v.extracted is not None, extracted=v.extracted,
-                       method=v.method, score=v.score, **parts)
-            for v, parts in zip(verdicts, mixed, strict=True)
+                       method=v.method, score=v.score,
+                       program=run.status if run else None, printed=run.printed if run else None,
+                       **parts)
+            for (v, run), parts in zip(checked, mixed, strict=True)
         ]
         count("math", results)
+        for result in results:
+            if result.program is not None:
+                PROGRAM_ANSWERS.labels("right" if result.correct else "wrong"
+                                       if result.program == "ok" else result.program).inc()
         return MathVerifyResponse(results=results, accuracy=accuracy(results), mode=req.mode,
-                                  blend_weight=self.weight(req))
+                                  blend_weight=self.weight(req), answer=req.answer)
 
     def verify_nli(self, req: NLIVerifyRequest) -> NLIVerifyResponse:
         try:

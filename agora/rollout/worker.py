@@ -116,6 +116,7 @@ def verification_request(cfg: RunConfig, record: EpisodeRecord, payload: dict) -
             "rewards": {"correct": cfg.reward.correct, "wrong": cfg.reward.wrong},
             "mode": cfg.reward.mode,
             **({"blend_weight": cfg.reward.blend_weight} if cfg.reward.mode == "blend" else {}),
+            **({"answer": cfg.environment.answer} if cfg.environment.answer != "text" else {}),
         }
     return {
         "task": "game_outcome",
@@ -196,6 +197,24 @@ def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: 
         totals.setdefault(turn.agent, []).append(turn.reward)
     record.rewards = {a: sum(v) / len(v) for a, v in totals.items()}
     record.reward_parts = {a: RewardParts(verifier=v) for a, v in record.rewards.items()}
+    if verdict.get("answer", "text") != "text":
+        record.info["metrics"] = program_counts(record, results)
+
+
+def program_counts(record: EpisodeRecord, results: list[dict]) -> dict[str, dict[str, float]]:
+    """Per agent, this episode's answers given as programs: run, failed (crashed, timed out,
+    printed nothing) and right (ran and printed the right answer)."""
+    counts: dict[str, dict[str, float]] = {}
+    for turn, result in zip(record.turns, results, strict=True):
+        mine = counts.setdefault(turn.agent, {"programs_run": 0.0, "programs_failed": 0.0,
+                                              "programs_right": 0.0})
+        status = result.get("program")
+        if status is None:
+            continue
+        mine["programs_run"] += 1
+        mine["programs_failed"] += status != "ok"
+        mine["programs_right"] += status == "ok" and bool(result["correct"])
+    return counts
 
 
 def record_stats(stream: EpisodeStream, record: EpisodeRecord) -> None:

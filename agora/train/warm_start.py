@@ -47,7 +47,8 @@ TASK_ANSWER = "task_answer"
 
 class TaskAnswerer:
     """A discussion's demonstrator: the task's ground truth, as the answer line the verifier
-    reads (agora/envs/discussion.py ANSWER_FORMAT)."""
+    reads (agora/envs/discussion.py ANSWER_FORMAT), or a program printing it where the env
+    asks for programs."""
 
     name = TASK_ANSWER
 
@@ -55,6 +56,8 @@ class TaskAnswerer:
         self.answer = answer
 
     def act(self, env: TurnBasedEnv, rng: random.Random) -> str:
+        if getattr(env, "answer_mode", "text") == "program":  # environment.answer: program
+            return f"```python\nprint({self.answer!r})\n```"
         return f"Answer: {self.answer}"
 
 

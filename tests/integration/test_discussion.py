@@ -123,6 +123,34 @@ def test_scripted_discussion_is_verified_and_rewarded_per_round(reward_url, redi
                                                 expected[1][0], expected[1][1]]
 
 
+def test_program_answers_are_run_by_the_reward_service_and_counted_per_agent(reward_url,
+                                                                            redis_url):
+    """environment.answer: either. The worker sends the mode; the reward service runs each
+    answer's program in its sandbox; the episode counts programs run / failed / right."""
+    from agora.rollout.records import EpisodeRecord, Turn
+    from agora.rollout.worker import apply_verdict, verification_request, verify
+
+    cfg = _discussion_config(reward_url, redis_url, 8999)
+    cfg.environment.answer = "either"
+    task = _task()
+    program = "```python\nprint({})\n```"
+    texts = [program.format(task.answer), f"Answer: {task.answer}",
+             program.format("1 / 0"), program.format(f"{task.answer} + 1")]
+    record = EpisodeRecord(
+        run_id="r", episode_id="e", env="discussion", seed=0, seats=["alice", "bob"],
+        turns=[Turn(seat=i % 2, agent=["alice", "bob"][i % 2], text=t)
+               for i, t in enumerate(texts)])
+    body = verification_request(cfg, record, {"task": task.model_dump(mode="json")})
+    assert body["answer"] == "either"
+    verdict = verify(cfg, body)
+    assert [r["program"] for r in verdict["results"]] == ["ok", None, "error", "ok"]
+    apply_verdict(record, verdict, cfg.reward.cooperation)
+    assert record.info["scores"] == [[1.0, 1.0], [0.0, 0.0]]
+    assert record.info["metrics"] == {
+        "alice": {"programs_run": 2.0, "programs_failed": 1.0, "programs_right": 1.0},
+        "bob": {"programs_run": 1.0, "programs_failed": 0.0, "programs_right": 0.0}}
+
+
 def test_tiny_random_agents_discuss_through_vllm_into_the_stream(
         vllm_tiny, tiny_model, reward_url, redis_url, tmp_path):
     import random

@@ -328,6 +328,31 @@ def test_metrics_count_verifications_by_kind_and_result(reward_url):
     assert added("game", "finished") == 1 and added("game", "unfinished") == 1
 
 
+def test_math_program_answers_run_in_the_sandbox_and_are_counted(reward_url):
+    def programs() -> dict[str, float]:
+        samples = metric_samples(reward_url, "agora_reward_program_answers_total")
+        return {line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                for line in samples}
+
+    before = programs()
+    responses = ["```python\nprint(6 * 7)\n```", "```python\nprint(41)\n```",
+                 "```python\nwhile True: pass\n```", "Answer: 42"]
+    body = task_verdict(reward_url, "math", {"answer": "42"}, responses, answer="either",
+                        program_limits={"cpu_seconds": 1, "wall_seconds": 4})
+    assert body["answer"] == "either"
+    results = body["results"]
+    assert [r["correct"] for r in results] == [True, False, False, True]
+    assert [r["program"] for r in results] == ["ok", "ok", "cpu_limit", None]
+    assert [r["printed"] for r in results] == ["42", "41", None, None]
+    after = programs()
+    for outcome, n in (("right", 1), ("wrong", 1), ("cpu_limit", 1)):
+        assert after.get(outcome, 0.0) - before.get(outcome, 0.0) == n, outcome
+    text = task_verdict(reward_url, "math", {"answer": "42"}, responses[:1])
+    assert text["results"][0]["program"] is None  # answer: text (the default) runs nothing
+    bad = verify_task(reward_url, "math", {"answer": "42"}, ["x"], answer="code")
+    assert bad.status_code == 422 and "answer" in bad.text
+
+
 # --- code verification (kind "code"): programs against hidden tests, in the sandbox ---------
 CODE_TESTS = (
     "def test_small():\n    assert add(1, 2) == 3\n\n"
