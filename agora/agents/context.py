@@ -418,7 +418,10 @@ class OpponentPool:
     Sampling (``sample``): ``"latest"`` picks the newest snapshot with probability
     ``latest_prob``, else one uniformly from all of them (recent strength plus old strategies,
     against forgetting); ``"uniform"`` ignores age; ``"recency"`` weights a snapshot by
-    ``gamma ** age`` where age 0 is the newest.
+    ``gamma ** age`` where age 0 is the newest; ``"pfsp"`` is AlphaStar's prioritised
+    fictitious self-play: a snapshot weighs ``(1 - p) ** power``, p the Elo-expected score of
+    ``against`` (the learner) versus it, so the learner meets most the snapshots it does not
+    yet beat, and rarely those it beats every time (``power`` 0 is uniform).
     """
 
     def __init__(
@@ -476,13 +479,17 @@ class OpponentPool:
     def sample(
         self,
         rng: random.Random,
-        mode: Literal["latest", "uniform", "recency"] = "latest",
+        mode: Literal["latest", "uniform", "recency", "pfsp"] = "latest",
         latest_prob: float = 0.5,
         gamma: float = 0.8,
+        against: str | None = None,
+        power: float = 2.0,
     ) -> Snapshot:
         snaps = self.snapshots()
         if not snaps:
             raise LookupError("opponent pool: no snapshots to sample")
+        if mode == "pfsp":
+            return rng.choices(snaps, weights=self.pfsp_weights(against, power))[0]
         if mode == "latest":
             return snaps[-1] if rng.random() < latest_prob else rng.choice(snaps)
         if mode == "uniform":
@@ -491,6 +498,15 @@ class OpponentPool:
             weights = [gamma ** (len(snaps) - 1 - i) for i in range(len(snaps))]
             return rng.choices(snaps, weights=weights)[0]
         raise ValueError(f"opponent pool: unknown sampling mode '{mode}'")
+
+    def pfsp_weights(self, against: str | None, power: float = 2.0) -> list[float]:
+        """PFSP's sampling weight of each snapshot (oldest first) for the player ``against``."""
+        if against is None:
+            raise ValueError("opponent pool: pfsp sampling needs the learner's name")
+        rating = self.player(against).rating
+        weights = [(1.0 - elo_expected(rating, s.rating)) ** power for s in self.snapshots()]
+        # Elo never gives p = 1 exactly, but floats can: keep every snapshot reachable.
+        return [max(w, 1e-6) for w in weights]
 
     # ---- ratings
 

@@ -35,8 +35,13 @@ class PoolConfig(StrictModel):
 
     snapshot_every: int = Field(5, ge=1, description="trainer updates between snapshots")
     max_snapshots: int = Field(8, ge=1, le=64)
-    sampling: Literal["latest", "uniform", "recency"] = "latest"
+    # latest: the newest with latest_prob, else any; uniform; recency (newer more often);
+    # pfsp: prioritised fictitious self-play, the snapshots the learner does not beat (by
+    # their Elo) more often, weight (1 - p_win) ** pfsp_power.
+    sampling: Literal["latest", "uniform", "recency", "pfsp"] = "latest"
     latest_prob: float = Field(0.5, ge=0.0, le=1.0)
+    pfsp_power: float = Field(2.0, ge=0.0, le=10.0, description="pfsp: 0 uniform, higher "
+                              "focuses on the hardest snapshots")
 
 
 class EnvironmentConfig(StrictModel):

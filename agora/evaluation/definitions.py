@@ -41,6 +41,12 @@ DEFINITIONS: dict[str, str] = {
         "beside the same partner; the higher team score wins, equal scores draw. *score* = "
         "points / rated comparisons."
     ),
+    "training_pool": (
+        "**Training opponent pool.** The Elo ratings training left in `opponent_pool.json` "
+        "(K = 32, start 1000; a game's win/draw/loss, else the higher mean reward wins): every "
+        "frozen snapshot the learner met and the learner itself. Running ratings of a moving "
+        "learner, without uncertainty (a game evaluation rates its players itself: TrueSkill)."
+    ),
     "discussion": (
         "**Discussion (pass@k, maj@k).** Every held-out task (the config's test split, "
         "`--tasks` of them) is discussed k = `--k` times with the agents' sampling settings. "

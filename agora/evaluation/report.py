@@ -111,6 +111,15 @@ def context_md(section: dict) -> list[str]:
     return out
 
 
+def training_pool_md(pool: dict) -> list[str]:
+    out = ["## Training opponent pool (Elo)", ""]
+    if pool.get("error"):
+        return [*out, f"`{pool['path']}`: {pool['error']}.", ""]
+    rows = [[p["name"] + ("" if p["snapshot"] else " (learner)"), f"{p['rating']:.0f}",
+             str(p["games"])] for p in pool["players"]]
+    return [*out, *table(["player", "Elo", "games"], rows), ""]
+
+
 def render_markdown(report: dict) -> str:
     target = report["target"]
     lines = [f"# Evaluation: {target['source']}", "",
@@ -127,6 +136,8 @@ def render_markdown(report: dict) -> str:
             lines += discussion_md(section)
         elif name == "episodes":
             lines += context_md(section)
+    if report.get("training_pool"):
+        lines += training_pool_md(report["training_pool"])
     curves = report.get("training_curves")
     lines += ["## Training curves", ""]
     if curves and curves.get("path"):

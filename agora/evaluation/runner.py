@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agora.agents.context import OpponentPool
 from agora.config.agents import CONTEXT_PREFIX
 from agora.data import TaskError, load_tasks
 from agora.evaluation import context_envs, discussion, games
@@ -205,6 +206,10 @@ def run_evaluation(target: EvalTarget, options: EvalOptions,
                      "used": {k: v for k, v in vars(options.given).items() if v}},
         "sections": sections,
     }
+    pool = training_pool(target.run_dir)
+    if pool is not None:
+        report["training_pool"] = pool
+        report["defined"].append("training_pool")
     metrics = target.run_dir / "metrics.jsonl" if target.run_dir else None
     if metrics is not None and metrics.is_file():
         report["training_curves"] = plot_training_curves(
@@ -215,3 +220,20 @@ def run_evaluation(target: EvalTarget, options: EvalOptions,
     report["seconds"] = round(time.monotonic() - started, 1)
     write_report(report, out_dir)
     return report, out_dir
+
+
+def training_pool(run_dir: Path | None) -> dict | None:
+    """The run's opponent pool as training left it (``opponent_pool.json``): every snapshot's
+    and the learner's Elo, highest first. None for a run without a pool (or a bad file, which
+    an evaluation reports rather than dies on)."""
+    path = run_dir / "opponent_pool.json" if run_dir else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        pool = OpponentPool.load(path)
+    except (ValueError, KeyError, TypeError) as err:
+        return {"path": str(path), "error": f"unreadable: {err}", "players": []}
+    players = sorted(pool.players.values(), key=lambda p: -p.rating)
+    return {"path": str(path), "players": [
+        {"name": p.name, "version": p.version, "rating": round(p.rating, 1), "games": p.games,
+         "snapshot": p.frozen} for p in players]}

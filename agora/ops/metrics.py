@@ -117,6 +117,12 @@ def trainer_agent_gauges(env_metrics: Mapping[str, str]) -> dict[str, Gauge]:
     return gauges
 
 
+POOL_RATINGS = Gauge(
+    "agora_pool_rating",
+    "Elo ratings in a learner's opponent pool: each snapshot (player = <agent>@v<N>) and the "
+    "learner itself (player = agent)",
+    ["agent", "player"],
+)
 TRAINER_EPISODES_CONSUMED = Counter(
     "agora_trainer_episodes_consumed_total", "episodes read from stream"
 )

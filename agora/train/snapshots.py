@@ -9,7 +9,8 @@ under the snapshot's name if it is not there yet (``seating.ensure_adapter``) an
 
 Ratings: after each update the trainer scores the learner against the snapshot of every pool
 episode it consumed (a game's win/draw/loss; otherwise the higher mean reward wins) and updates
-both Elo ratings. The pool (snapshots and ratings) is saved as ``opponent_pool.json`` in the run
+both Elo ratings; ``agora_pool_rating{agent, player}`` exports them, and ``pool.sampling:
+pfsp`` draws by them. The pool (snapshots and ratings) is saved as ``opponent_pool.json`` in the run
 folder after every change, so ``--resume`` continues with it.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from agora.agents.context import OpponentPool
 from agora.config.run import RunConfig
+from agora.ops.metrics import POOL_RATINGS
 from agora.rollout.records import EpisodeRecord
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,8 @@ class SnapshotPool:
 
     def draw(self, rng: random.Random) -> dict:
         """The snapshot an episode plays against, as the payload carries it."""
-        snap = self.pool.sample(rng, self.cfg.sampling, latest_prob=self.cfg.latest_prob)
+        snap = self.pool.sample(rng, self.cfg.sampling, latest_prob=self.cfg.latest_prob,
+                                against=self.agent, power=self.cfg.pfsp_power)
         return {"name": snap.name, "path": snap.path, "version": snap.version}
 
     def record(self, records: list[EpisodeRecord]) -> int:
@@ -80,7 +83,16 @@ class SnapshotPool:
             rated += 1
         if rated:
             self.pool.save(self.path)
+            self.export_ratings()
         return rated
+
+    def export_ratings(self) -> None:
+        """Every snapshot's rating (and the learner's) on the trainer's /metrics; an evicted
+        snapshot's series goes with it."""
+        POOL_RATINGS.clear()
+        for snap in self.pool.snapshots():
+            POOL_RATINGS.labels(self.agent, snap.name).set(snap.rating)
+        POOL_RATINGS.labels(self.agent, self.agent).set(self.learner_rating)
 
     @property
     def learner_rating(self) -> float:

@@ -205,6 +205,24 @@ def test_sampling_is_latest_biased_or_uniform():
         pool.sample(rng, "best")
 
 
+def test_pfsp_draws_the_snapshots_the_learner_does_not_beat():
+    pool = OpponentPool()
+    pool.player("learner").rating = 1200
+    for v, rating in ((1, 900), (2, 1200), (3, 1500)):
+        pool.add_snapshot(f"v{v}", f"/v{v}", v, rating=rating)
+    weights = pool.pfsp_weights("learner", power=2)
+    assert weights[0] < weights[1] < weights[2]
+    assert weights[1] == pytest.approx(0.25)  # an equal: (1 - 1/2) ** 2
+    rng = random.Random(0)
+    drawn = Counter(pool.sample(rng, "pfsp", against="learner").name for _ in range(4000))
+    total = sum(weights)
+    for v, weight in zip(("v1", "v2", "v3"), weights, strict=True):
+        assert drawn[v] / 4000 == pytest.approx(weight / total, abs=0.03)
+    assert pool.pfsp_weights("learner", power=0) == [1.0, 1.0, 1.0]  # uniform
+    with pytest.raises(ValueError, match="needs the learner's name"):
+        pool.sample(rng, "pfsp")
+
+
 def test_snapshots_inherit_the_latest_rating_and_old_ones_are_evicted():
     pool = OpponentPool(max_snapshots=2)
     pool.add_snapshot("v1", "/v1", 1)
