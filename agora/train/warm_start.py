@@ -24,6 +24,7 @@ from pathlib import Path
 
 from agora.agents.context import CONTEXT_AGENT_FITS, make_context_agent
 from agora.algos.compute import resolve
+from agora.config.agents import CONTEXT_PREFIX
 from agora.config.run import RunConfig
 from agora.envs.base import TurnBasedEnv, turn_limit
 from agora.envs.registry import make_bot
@@ -38,7 +39,7 @@ from agora.reflection.training import (
     torch_threads,
     trainer_args,
 )
-from agora.rollout.seating import build_env, seat_names
+from agora.rollout.seating import build_env, make_context_seat, seat_names
 from agora.serving.model_folders import resolve_model
 from agora.train.tracking import trl_tracking
 
@@ -84,7 +85,11 @@ def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
     training does (a bot in the other seats, the agent's seat alternating), so the examples
     cover the positions PPO will meet: minimax against itself only ever reaches drawn
     positions, never the ones a random opponent leaves to be won. ``self`` and ``pool`` are
-    demonstrators in every seat. Off: demonstrators in every seat, always."""
+    demonstrators in every seat. A context agent's seat (``context:<key>``) is that agent,
+    on its schedule with the episode index as its clock, so the agent is shown how to answer
+    each partner strategy training switches through (a fair negotiator that accepts a
+    conceder's late offer, not only one opening the same split against itself). Off:
+    demonstrators in every seat, always."""
     from agora.data import load_tasks
 
     section = cfg.environment
@@ -111,6 +116,8 @@ def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
         env = build_env(cfg, payload)
         env.reset(payload["seed"])
         players = [make_bot(name.removeprefix("bot:")) if name.startswith("bot:")
+                   else make_context_seat(cfg, name.removeprefix(CONTEXT_PREFIX), index)
+                   if opponents and name.startswith(CONTEXT_PREFIX)
                    else demonstrator(section.spec, role, payload)
                    for name, role in zip(sat, section.seat_roles(), strict=True)]
         rng = random.Random(payload["seed"])

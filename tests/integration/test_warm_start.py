@@ -88,6 +88,27 @@ def test_game_demonstrations_meet_the_opponents_training_meets():
     assert len(everywhere) == 6 * 9
 
 
+def test_context_seats_play_their_schedule_in_demonstrations():
+    """A negotiator whose partner switches fair -> greedy -> conceder is shown answering each:
+    the fair demonstrator opens, answers counter-offers, and accepts an offer good enough.
+    --no-opponents: the demonstrator sits in the partner's seat too, which accepts the
+    opening split at once."""
+    cfg = tiny_config(agents=[{"name": "alice", "base": "tiny", "lora_rank": 8,
+                               "lora_alpha": 16}],
+                      context_agents={"partner": {"cycle": ["fair", "greedy", "conceder"],
+                                                  "every": 1}},
+                      environment={"name": "negotiation", "seats": ["alice", "context:partner"],
+                                   "opponents": {"self": 1.0}},
+                      reward={"verifier": "deal"})
+    examples = demonstrations(cfg, "alice", episodes=12, seed=5)
+    texts = [e["completion"][0]["content"] for e in examples]
+    assert any(t.endswith("ACCEPT") for t in texts)
+    assert len(examples) > 12  # alice also answers counter-offers, not only opens
+    assert all(e["prompt"][-1]["content"].rstrip().endswith("alice:") for e in examples)
+    alone = demonstrations(cfg, "alice", episodes=12, seed=5, opponents=False)
+    assert len(alone) == 12 and all("PROPOSE:" in e["completion"][0]["content"] for e in alone)
+
+
 def test_unknown_or_unseated_agent_is_refused():
     with pytest.raises(ValueError, match="--agent: 'nobody' sits in no seat"):
         demonstrations(env_config("tictactoe"), "nobody", episodes=1)
