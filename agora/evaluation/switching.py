@@ -111,6 +111,11 @@ def switching_report(episodes: Path, learner: str) -> dict:
         return {}
     back = returns(parts)
     recovered = [r.recovered_after for r in back if r.recovered_after is not None]
+    # The learner's mean reward against each strategy over the run: when these hardly differ,
+    # the partner's switches change nothing for the learner, and "recovered" is vacuous.
+    per_strategy = {strategy: round(statistics.fmean(r for _, (s, r) in by_update.items()
+                                                     if s == strategy), 4)
+                    for strategy in dict.fromkeys(s.strategy for s in parts)}
     return {
         "learner": learner,
         "curve": [[clock, strategy, round(reward, 4)]
@@ -124,5 +129,7 @@ def switching_report(episodes: Path, learner: str) -> dict:
             "recovered": len(recovered),
             "median_updates_to_recover": statistics.median(recovered) if recovered else None,
             "mean_forgetting": statistics.fmean(r.forgetting for r in back) if back else None,
+            "reward_by_strategy": per_strategy,
+            "partner_effect": round(max(per_strategy.values()) - min(per_strategy.values()), 4),
         },
     }

@@ -188,6 +188,7 @@ def switching_lines(report: dict) -> list[str]:
     summary = report["summary"]
     lines = ["", f"Partner switches: {summary['switches']}; returns to a strategy met before: "
                  f"{summary['returns']}, recovered within the segment: {summary['recovered']}.",
+             *_partner_effect_lines(summary),
              "", _row(["update", "strategy", "reward before (its last segment)", "first update",
                        "forgetting", "updates to recover"]), "|---|---|---|---|---|---|"]
     for r in report["returns"]:
@@ -195,6 +196,16 @@ def switching_lines(report: dict) -> list[str]:
         lines.append(_row([str(r["start"]), r["strategy"], f"{r['before']:.3f}",
                            f"{r['first']:.3f}", f"{r['forgetting']:+.3f}", after]))
     return lines
+
+
+def _partner_effect_lines(summary: dict) -> list[str]:
+    by_strategy = summary.get("reward_by_strategy")
+    if not by_strategy:
+        return []
+    means = ", ".join(f"{k} {v:.3f}" for k, v in by_strategy.items())
+    return ["", f"The learner's mean reward by partner strategy: {means} (partner effect "
+                f"{summary['partner_effect']:.3f}). Where the partner makes no difference to "
+                "the reward, there is nothing to forget, and recovery says nothing."]
 
 
 def write_results(outcomes: list[dict], out: Path, plan_path: Path) -> dict[str, Path]:

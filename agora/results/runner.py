@@ -69,25 +69,44 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
                 break
     outcome["wall_s"] = round(time.monotonic() - started, 1)
     if outcome.get("status") != "failed":
-        found = outputs(exp, runs)
-        try:
-            figures = FIGURES[exp.kind](found.figures)
-        except (OSError, KeyError, ValueError, TypeError) as err:
-            outcome.update(status="failed", error=f"reading {found.figures}: {err!r}")
-        else:
-            if found.run is not None:  # a train_eval run: its partner switches, if any
-                outcome["switching"] = switching(found.run)
-                figures += switching_figures(outcome["switching"])
-            outcome.update(status="done", figures=[f.as_dict() for f in figures],
-                           targets=[check(t, figures) for t in exp.parsed_targets()])
-            for label, metrics in found.metrics.items():
-                outcome["learner"][label] = learner_summary(metrics)
-                outcome["curves"][label] = training_curve(metrics)
+        read_outcome(exp, out, outcome)
     if outcome["status"] == "failed":
         lines = log_path.read_text(errors="replace").splitlines()
         outcome["log_tail"] = "\n".join(lines[-LOG_TAIL_LINES:])
     outcome_path(out, exp).write_text(json.dumps(outcome, indent=2) + "\n")
     return outcome
+
+
+def read_outcome(exp: Experiment, out: Path, outcome: dict) -> dict:
+    """Fill ``outcome`` with what the experiment's commands left in ``out``: its figures, the
+    targets held against them, what the learner saw and its curves (status done), or why
+    they could not be read (status failed)."""
+    found = outputs(exp, out / "runs")
+    try:
+        figures = FIGURES[exp.kind](found.figures)
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        outcome.update(status="failed", error=f"reading {found.figures}: {err!r}")
+        return outcome
+    if found.run is not None:  # a train_eval run: its partner switches, if any
+        outcome["switching"] = switching(found.run)
+        figures += switching_figures(outcome["switching"])
+    outcome.update(status="done", figures=[f.as_dict() for f in figures],
+                   targets=[check(t, figures) for t in exp.parsed_targets()],
+                   learner={}, curves={})
+    for label, metrics in found.metrics.items():
+        outcome["learner"][label] = learner_summary(metrics)
+        outcome["curves"][label] = training_curve(metrics)
+    return outcome
+
+
+def kept_outcome(exp: Experiment, out: Path) -> dict | None:
+    """The outcome of ``exp`` done before in ``out`` with the same commands, else None."""
+    path = outcome_path(out, exp)
+    if not path.is_file():
+        return None
+    kept = json.loads(path.read_text())
+    same = kept.get("commands") == [s.shell() for s in steps(exp, out / "runs")]
+    return kept if kept.get("status") == "done" and same else None
 
 
 def switching(run: Path) -> dict:
@@ -110,6 +129,9 @@ def switching_figures(report: dict) -> list[Figure]:
                               Estimate(float(summary["median_updates_to_recover"])), False))
     figures.append(Figure("mean forgetting (reward)", None,
                           Estimate(float(summary["mean_forgetting"])), False))
+    if "partner_effect" in summary:
+        figures.append(Figure("partner effect (reward)", None,
+                              Estimate(float(summary["partner_effect"])), False))
     return figures
 
 
@@ -164,19 +186,27 @@ def training_curve(metrics_path: Path) -> dict:
 
 
 def run_plan(experiments: list[Experiment], out: Path, rerun: bool,
-             log: Callable[[str], None] = print) -> list[dict]:
-    """Every experiment's outcome, in plan order: read back when done before (unless
-    ``rerun``), else run now. A failed one is retried on the next call."""
+             log: Callable[[str], None] = print, chosen: set[str] | None = None,
+             reread: bool = False) -> list[dict]:
+    """Every experiment's outcome, in plan order. ``chosen`` (default: all) run now unless
+    done before (``rerun``: run anyway); the others appear only if done before, so a table
+    made after ``--only X`` still holds every finished experiment. ``reread``: done
+    experiments are read again from their runs' files (after a change to how figures are
+    read), nothing is run for them. A failed one is retried on the next call."""
     out.mkdir(parents=True, exist_ok=True)
     outcomes = []
     for exp in experiments:
-        path = outcome_path(out, exp)
-        if not rerun and path.is_file():
-            kept = json.loads(path.read_text())
-            if kept.get("status") == "done" and kept.get("commands") == [
-                    s.shell() for s in steps(exp, out / "runs")]:
-                log(f"{exp.name}: done before ({path}); --rerun to run it again")
-                outcomes.append(kept)
-                continue
-        outcomes.append(run_experiment(exp, out, log))
+        picked = chosen is None or exp.name in chosen
+        kept = None if rerun and picked else kept_outcome(exp, out)
+        if kept is not None:
+            if reread:
+                log(f"{exp.name}: done before; reading its figures again")
+                read_outcome(exp, out, kept)
+                outcome_path(out, exp).write_text(json.dumps(kept, indent=2) + "\n")
+            elif picked:
+                log(f"{exp.name}: done before ({outcome_path(out, exp)}); --rerun to run it "
+                    "again")
+            outcomes.append(kept)
+        elif picked:
+            outcomes.append(run_experiment(exp, out, log))
     return outcomes

@@ -76,6 +76,13 @@ def test_results_runs_the_plan_writes_the_table_and_keeps_done_experiments(tmp_p
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "ttt: done before" in again.stdout
     assert log.stat().st_mtime_ns == stamp
+    # --reread: the figures are read again from the run's files; nothing runs.
+    (out / "ttt.json").write_text(json.dumps({**ttt, "figures": [], "targets": []}))
+    reread = _results(str(plan), "--out", str(out), "--only", "ttt", "--reread", cwd=tmp_path)
+    assert reread.returncode == 0, reread.stdout[-3000:] + reread.stderr[-3000:]
+    assert "ttt: done before; reading its figures again" in reread.stdout
+    assert json.loads((out / "ttt.json").read_text())["figures"] == ttt["figures"]
+    assert log.stat().st_mtime_ns == stamp
     bad = _results(str(plan), "--out", str(out), "--only", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and "--only: no experiment ['nope']" in bad.stdout
     assert "Traceback" not in bad.stdout + bad.stderr

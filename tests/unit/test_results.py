@@ -17,7 +17,7 @@ from agora.results.commands import outputs, steps
 from agora.results.figures import Estimate, Figure, compare_figures, demo_figures
 from agora.results.plan import Target, load_plan
 from agora.results.report import change, markdown
-from agora.results.runner import check, training_curve
+from agora.results.runner import check, kept_outcome, run_plan, training_curve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -237,3 +237,24 @@ def test_the_markdown_lists_targets_commands_and_failures():
     assert "agora demo x.yaml --run-id ttt" in text and "config error: environment.name" in text
     assert "| turn reward spread | 0 | 0.25 |" in text
     assert "| wins vs random | 10.0% [" in text and "| up |" in text
+
+
+def test_the_table_keeps_every_experiment_done_before_whatever_only_chose(tmp_path):
+    """`--only b` runs b; a, done before with the same commands, stays in the table; c, never
+    run and not chosen, is not in it; an outcome made by other commands is not kept."""
+    plan = load_plan(write_plan(tmp_path, experiment(name="a", updates=1),
+                                experiment(name="b", updates=1), experiment(name="c")))
+    out = tmp_path / "results"
+    out.mkdir()
+    a, b, c = plan.experiments
+    for exp in (a, b):
+        (out / f"{exp.name}.json").write_text(json.dumps(
+            {"name": exp.name, "status": "done", "figures": [],
+             "commands": [s.shell() for s in steps(exp, out / "runs")]}))
+    assert kept_outcome(c, out) is None
+    ran: list[str] = []
+    outcomes = run_plan(plan.experiments, out, rerun=False, log=ran.append, chosen={"b"})
+    assert [o["name"] for o in outcomes] == ["a", "b"]
+    assert ran == [f"b: done before ({out / 'b.json'}); --rerun to run it again"]
+    changed = load_plan(write_plan(tmp_path, experiment(name="a", updates=2))).experiments[0]
+    assert kept_outcome(changed, out) is None  # a budget change means a new experiment

@@ -52,11 +52,16 @@ def test_returns_measure_forgetting_and_recovery_against_the_same_strategy(tmp_p
     summary = report["summary"]
     assert summary == {"switches": 3, "returns": 2, "recovered": 2,
                        "median_updates_to_recover": 0.5,
-                       "mean_forgetting": pytest.approx(-0.0125)}
+                       "mean_forgetting": pytest.approx(-0.0125),
+                       "reward_by_strategy": {"fair": 0.45, "greedy": 0.1375},
+                       "partner_effect": 0.3125}
     figures = {f.name: f for f in switching_figures(report)}
     assert figures["returns recovered"].after.value == 1.0
     assert figures["returns recovered"].after.n == 2
     assert figures["median updates to recover"].after.value == 0.5
+    assert figures["partner effect (reward)"].after.value == 0.3125
+    assert "fair 0.450, greedy 0.138 (partner effect 0.312)" in "\n".join(
+        switching_lines(report))
 
 
 def test_a_return_that_never_recovers_says_so(tmp_path):
