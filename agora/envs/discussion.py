@@ -124,7 +124,9 @@ def build(section, payload: dict) -> Discussion:
     task = Task.model_validate(payload["task"])
     return Discussion(DiscussionTask(task.task_id, task.kind, task.question),
                       num_agents=len(section.seats), rounds=section.rounds,
-                      answer=section.answer)
+                      # A run's environment section; the gateway's episodes (EpisodeCreate)
+                      # have no answer mode: a user answers in text.
+                      answer=getattr(section, "answer", "text"))
 
 
 def check(section) -> None:
