@@ -72,6 +72,8 @@ __all__ = ["PPOLearner", "TurnSample", "ValueHead", "collate"]
 # of processes that wrote them, so a run resumes on more or fewer GPUs.
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
 LOAD_FULL_STATE = StateDictOptions(full_state_dict=True, strict=False)
+# The frozen copy of the init adapter that a warm-started learner is held to (kl_reference).
+REFERENCE_ADAPTER = "reference"
 
 
 class ValueHead(nn.Module):
@@ -177,7 +179,14 @@ class PPOLearner:
             )
             self.model = get_peft_model(base, lora).to(self.device)
             if agent.init_adapter:
-                self._load_adapter_weights(Path(agent.init_adapter).expanduser())
+                weights = self._read_adapter(Path(agent.init_adapter).expanduser())
+                self._set_adapter_weights(weights, "default")
+                if agent.kl_reference == "init":
+                    # The KL reference is the policy PPO starts from: the same weights as a
+                    # second, frozen adapter the reference forward switches to.
+                    self.model.add_adapter(REFERENCE_ADAPTER, lora)
+                    self._set_adapter_weights(weights, REFERENCE_ADAPTER)
+                    self.model.set_adapter("default")  # default trains, the reference not
         self.value_head = ValueHead(base.config.hidden_size).to(self.device)
         body = self._causal_lm().model
         # Dynamic shapes: every batch has its own length. The decoder is what costs.
@@ -202,28 +211,52 @@ class PPOLearner:
                                            enabled=self.placement.dtype == torch.float16)
         self.updates = 0
 
-    def _load_adapter_weights(self, folder: Path) -> None:
-        """Start from a trained adapter (``agents[].init_adapter``, e.g. an SFT warm start)
-        instead of a fresh one: same LoRA shape, so every key must match."""
-        from peft import set_peft_model_state_dict
+    @staticmethod
+    def _read_adapter(folder: Path) -> dict[str, torch.Tensor]:
+        """A trained adapter's weights (``agents[].init_adapter``, e.g. an SFT warm start)."""
         from safetensors.torch import load_file
 
-        weights = load_file(str(folder / "adapter_model.safetensors"))
-        result = set_peft_model_state_dict(self.model, weights)
+        return load_file(str(folder / "adapter_model.safetensors"))
+
+    def _set_adapter_weights(self, weights: dict[str, torch.Tensor], adapter: str) -> None:
+        """Load ``weights`` into one of the model's adapters: same LoRA shape, so every key
+        must match."""
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self.model, weights, adapter_name=adapter)
         if getattr(result, "unexpected_keys", None):
-            raise ValueError(f"init_adapter {folder}: keys this agent's LoRA does not have "
-                             f"(another rank, targets or layers?): {result.unexpected_keys[:3]}")
+            raise ValueError(f"init_adapter {self.agent.init_adapter}: keys this agent's LoRA "
+                             f"does not have (another rank, targets or layers?): "
+                             f"{result.unexpected_keys[:3]}")
 
     # --- forward helpers ------------------------------------------------------------------
     def _causal_lm(self):
         return self.model if self.full_weights else self.model.get_base_model()
 
     def _reference(self) -> tuple[ActionForward, contextlib.AbstractContextManager]:
-        """The frozen reference policy's forward, and the context it runs in: the base with
-        the adapter switched off (LoRA), or the frozen copy (full weights)."""
+        """The frozen reference policy's forward, and the context it runs in: the frozen
+        copy (full weights), the frozen init adapter (``kl_reference: init`` after a warm
+        start), or the base with the adapter switched off."""
         if self.reference_forward is not None:
             return self.reference_forward, contextlib.nullcontext()
+        if self.has_reference_adapter:
+            return self.forward_module, self._reference_adapter_active()
         return self.forward_module, self.model.disable_adapter()
+
+    @property
+    def has_reference_adapter(self) -> bool:
+        return not self.full_weights and REFERENCE_ADAPTER in self.model.peft_config
+
+    @contextlib.contextmanager
+    def _reference_adapter_active(self):
+        """Forward with the frozen reference adapter instead of the trained one. PEFT's
+        set_adapter also sets which adapter requires grad, so switching back to ``default``
+        leaves exactly the trained adapter trainable, as before."""
+        self.model.set_adapter(REFERENCE_ADAPTER, inference_mode=True)
+        try:
+            yield
+        finally:
+            self.model.set_adapter("default")
 
     def _autocast(self):
         return self.placement.autocast()
@@ -525,7 +558,9 @@ class PPOLearner:
         state = self._trained_state()
         if self.parallel.leader:
             path.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(str(path), state_dict=state)
+            # Only the trained adapter: a reference adapter would land in a subfolder.
+            self.model.save_pretrained(str(path), state_dict=state,
+                                       selected_adapters=["default"])
         return path
 
     def save_weights(self, path: Path) -> Path:

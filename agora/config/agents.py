@@ -66,9 +66,15 @@ class AgentConfig(StrictModel):
     lora_layers: list[int] | None = None
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     # A PEFT adapter folder of this agent's LoRA shape to start from (e.g. `agora support-sft`'s
-    # output); None = a fresh adapter, i.e. the base model. PPO's KL reference stays the base.
+    # output); None = a fresh adapter, i.e. the base model.
     # (Checked before anything starts: agora/startup_checks.py.)
     init_adapter: str | None = None
+    # What PPO's KL penalty holds the policy to: `init` = the policy it started from (the
+    # init_adapter when there is one, as RLHF holds a policy to its SFT model; else the base),
+    # `base` = the base model. Measured on the negotiation warm start: with the base as the
+    # reference, kl_coef 0.01 paid PPO ~0.3 a turn to drift back to a base that cannot
+    # negotiate, and deals fell from 98% to 1% (docs/recipes/context-agents.md).
+    kl_reference: Literal["init", "base"] = "init"
     # Where this agent's learner trains (auto | cpu | cuda | cuda:N); None = trainer.device.
     # Two learners of a multi-model run can sit on two GPUs.
     device: str | None = Field(None, pattern=DEVICE_PATTERN)
