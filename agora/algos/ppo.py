@@ -8,11 +8,12 @@ service, lands on its last token.
 Per update:
 1. One no-grad forward with the adapter *disabled* (= the frozen reference policy) gives, at
    each completion position, the reference logprob (for the KL penalty) and the hidden state the
-   critic reads. Why the critic reads the frozen base's features: it costs no extra forward and
-   keeps value gradients out of the adapter, so the policy's few LoRA parameters serve the
-   policy alone. The value head is a small MLP trained on those features. (With no KL term
-   and a single pass, this forward is skipped and the critic reads the policy's own, detached
-   features instead: see ``update``.)
+   critic reads. (After a warm start the reference is the adapter PPO started from, kept as a
+   second, frozen adapter: ``kl_reference``.) Why the critic reads frozen features: it costs no
+   extra forward and keeps value gradients out of the adapter, so the policy's few LoRA
+   parameters serve the policy alone. The value head is a small MLP trained on those
+   features. (With no KL term and a single pass, this forward is skipped and the critic reads
+   the policy's own, detached features instead: see ``update``.)
 2. Per-token reward = -kl_coef * (logp_behaviour - logp_ref), plus the turn reward on the last
    token; GAE(gamma, lambda) over the completion tokens gives advantages and returns.
 3. For ``epochs`` passes over minibatches: forward with the adapter on, ratio against the

@@ -39,9 +39,9 @@ from agora.rewards.settings import RewardSettings
 from agora.rewards.verifiers.code import CodeVerdict, expected_test_names, verify_code
 from agora.rewards.verifiers.game import GameVerdict, InvalidEpisode, verify_game
 from agora.rewards.verifiers.learned import LazyVerifier, VerifierUnavailable, probability
-from agora.rewards.verifiers.math import MathVerdict, verify_math
+from agora.rewards.verifiers.math import MathVerdict
 from agora.rewards.verifiers.nli import verify_nli
-from agora.rewards.verifiers.program import ProgramRun, verify_answer
+from agora.rewards.verifiers.program import ProgramRun, last_program, verify_answer
 
 
 class RewardError(Exception):
@@ -120,8 +120,8 @@ class RewardService:
         limits = req.program_limits.sandbox()
 
         def check(response: str) -> tuple[MathVerdict, ProgramRun | None]:
-            if req.answer == "text":
-                return verify_math(response, req.task), None
+            if req.answer == "text" or last_program(response) is None:  # nothing to run
+                return verify_answer(response, req.task, req.answer, limits)
             with self.sandbox_slots:  # a program answer runs in the sandbox, like code tests
                 return verify_answer(response, req.task, req.answer, limits)
 

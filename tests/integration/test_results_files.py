@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agora.evaluation.switching import switching_report
 from agora.results.report import write_results
-from tests.unit.test_switching import write_episodes
+from tests.switching_episodes import write_episodes
 
 
 def test_results_write_each_switching_run_its_own_png(tmp_path):

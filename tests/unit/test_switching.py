@@ -3,33 +3,13 @@ worker writes them: forgetting and recovery are measured against the same strate
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from agora.evaluation.switching import reward_by_update, segments, switching_report
 from agora.results.report import plot_curves, switching_lines
 from agora.results.runner import switching, switching_figures
-from agora.rollout.records import EpisodeRecord
 from tests.stack_helpers import tiny_config, write_config
-
-# update -> (partner strategy, the learner's rewards in that update's episodes)
-SCHEDULE = {0: ("fair", [0.2, 0.4]), 1: ("fair", [0.5, 0.7]), 2: ("greedy", [0.0, 0.1]),
-            3: ("greedy", [0.2, 0.2]), 4: ("fair", [0.3, 0.3]), 5: ("fair", [0.7, 0.5]),
-            6: ("greedy", [0.3, 0.3]), 7: ("greedy", [0.0, 0.0])}
-
-
-def write_episodes(path: Path, schedule: dict = SCHEDULE, learner: str = "alice") -> Path:
-    lines = []
-    for clock, (strategy, rewards) in schedule.items():
-        for i, reward in enumerate(rewards):
-            record = EpisodeRecord(
-                run_id="r", episode_id=f"e{clock}-{i}", env="negotiation", seed=clock,
-                seats=[learner, f"bot:context:partner/{strategy}"],
-                rewards={learner: reward}, info={"clock": clock})
-            lines.append(record.model_dump_json())
-    path.write_text("\n".join(lines) + "\n{\"cut")
-    return path
+from tests.switching_episodes import SCHEDULE, write_episodes
 
 
 def test_rewards_per_update_and_segments_follow_the_partner(tmp_path):
