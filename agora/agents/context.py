@@ -402,6 +402,16 @@ class Snapshot:
     def frozen(self) -> bool:
         return self.path is not None
 
+    @property
+    def owner(self) -> str | None:
+        """The agent a snapshot froze (its name is ``<agent>@v<N>``; "" for a snapshot named
+        otherwise); None for other players."""
+        return snapshot_owner(self.name) if self.frozen else None
+
+
+def snapshot_owner(name: str) -> str:
+    return name.rsplit("@v", 1)[0] if "@v" in name else ""
+
 
 def elo_expected(rating_a: float, rating_b: float) -> float:
     """A's expected score against B: ``1 / (1 + 10 ** ((R_b - R_a) / 400))``."""
@@ -410,6 +420,10 @@ def elo_expected(rating_a: float, rating_b: float) -> float:
 
 class OpponentPool:
     """Frozen learner snapshots with Elo ratings; sampled as opponents, saved as JSON.
+
+    One pool may hold the snapshots of several learners (a league: every rating on one scale);
+    ``owner`` picks one learner's snapshots when adding (``max_snapshots`` is per learner),
+    listing and sampling.
 
     Elo update for a game between A and B where A scores ``s`` (1 win, 0.5 draw, 0 loss):
     ``E = 1 / (1 + 10 ** ((R_B - R_A) / 400))``, ``R_A += K (s - E)``, ``R_B += K ((1 - s) -
@@ -441,12 +455,13 @@ class OpponentPool:
         rating (it is that learner, a bit later), or at ``initial_rating`` for the first."""
         if name in self.players:
             raise ValueError(f"opponent pool: '{name}' is already in the pool")
+        owner = snapshot_owner(name)
         if rating is None:
-            latest = self.latest() if self.snapshots() else None
+            latest = self.latest(owner) if self.snapshots(owner) else None
             rating = latest.rating if latest else self.initial_rating
         snap = Snapshot(name=name, path=str(path), version=int(version), rating=float(rating))
         self.players[name] = snap
-        self._evict()
+        self._evict(owner)
         return snap
 
     def player(self, name: str) -> Snapshot:
@@ -456,20 +471,21 @@ class OpponentPool:
             self.players[name] = Snapshot(name=name, rating=self.initial_rating)
         return self.players[name]
 
-    def snapshots(self) -> list[Snapshot]:
-        """Frozen snapshots, oldest first."""
-        frozen = [p for p in self.players.values() if p.frozen]
+    def snapshots(self, owner: str | None = None) -> list[Snapshot]:
+        """Frozen snapshots (of ``owner`` only, if given), oldest first."""
+        frozen = [p for p in self.players.values()
+                  if p.frozen and (owner is None or p.owner == owner)]
         return sorted(frozen, key=lambda p: (p.version or 0, p.name))
 
-    def latest(self) -> Snapshot:
-        snaps = self.snapshots()
+    def latest(self, owner: str | None = None) -> Snapshot:
+        snaps = self.snapshots(owner)
         if not snaps:
             raise LookupError("opponent pool: no snapshots yet")
         return snaps[-1]
 
-    def _evict(self) -> None:
-        """Keep the newest ``max_snapshots`` snapshots (their ratings go with them)."""
-        snaps = self.snapshots()
+    def _evict(self, owner: str | None) -> None:
+        """Keep ``owner``'s newest ``max_snapshots`` snapshots (their ratings go with them)."""
+        snaps = self.snapshots(owner)
         if self.max_snapshots is not None:
             for old in snaps[: max(0, len(snaps) - self.max_snapshots)]:
                 del self.players[old.name]
@@ -484,12 +500,13 @@ class OpponentPool:
         gamma: float = 0.8,
         against: str | None = None,
         power: float = 2.0,
+        owner: str | None = None,
     ) -> Snapshot:
-        snaps = self.snapshots()
+        snaps = self.snapshots(owner)
         if not snaps:
             raise LookupError("opponent pool: no snapshots to sample")
         if mode == "pfsp":
-            return rng.choices(snaps, weights=self.pfsp_weights(against, power))[0]
+            return rng.choices(snaps, weights=self.pfsp_weights(against, power, owner))[0]
         if mode == "latest":
             return snaps[-1] if rng.random() < latest_prob else rng.choice(snaps)
         if mode == "uniform":
@@ -499,12 +516,15 @@ class OpponentPool:
             return rng.choices(snaps, weights=weights)[0]
         raise ValueError(f"opponent pool: unknown sampling mode '{mode}'")
 
-    def pfsp_weights(self, against: str | None, power: float = 2.0) -> list[float]:
-        """PFSP's sampling weight of each snapshot (oldest first) for the player ``against``."""
+    def pfsp_weights(self, against: str | None, power: float = 2.0,
+                     owner: str | None = None) -> list[float]:
+        """PFSP's sampling weight of each snapshot (of ``owner``, oldest first) for the player
+        ``against``."""
         if against is None:
             raise ValueError("opponent pool: pfsp sampling needs the learner's name")
         rating = self.player(against).rating
-        weights = [(1.0 - elo_expected(rating, s.rating)) ** power for s in self.snapshots()]
+        weights = [(1.0 - elo_expected(rating, s.rating)) ** power
+                   for s in self.snapshots(owner)]
         # Elo never gives p = 1 exactly, but floats can: keep every snapshot reachable.
         return [max(w, 1e-6) for w in weights]
 

@@ -25,13 +25,15 @@ DEFAULT_ENV = "tictactoe"
 
 
 class PoolConfig(StrictModel):
-    """Frozen snapshots of the learner as opponents (``opponents: {pool: w}``;
+    """Frozen snapshots of the learners as opponents (``opponents: {pool: w}``;
     agora/train/snapshots.py).
 
-    The trainer adds its adapter as a snapshot at v0 and every ``snapshot_every`` updates,
-    keeps the newest ``max_snapshots`` with Elo ratings, and draws one per pool episode
-    (``sampling`` as in ``OpponentPool.sample``); the worker serves it from vLLM under its own
-    LoRA name (``<agent>@v<version>``) and seats it in every seat but the learner's."""
+    The trainer adds each seated learner's adapter as a snapshot at v0 and every
+    ``snapshot_every`` updates, keeps each learner's newest ``max_snapshots``, rates all on one
+    Elo scale, and draws (``sampling`` as in ``OpponentPool.sample``) for each pool episode one
+    live learner and, for every other seat, a snapshot of that seat's agent (a learner's) or of
+    the live learner (anyone else's seat); the worker serves each from vLLM under its own LoRA
+    name (``<agent>@v<version>``)."""
 
     snapshot_every: int = Field(5, ge=1, description="trainer updates between snapshots")
     max_snapshots: int = Field(8, ge=1, le=64)
@@ -57,9 +59,9 @@ class EnvironmentConfig(StrictModel):
     # ``context_agents``).
     seats: list[str] = Field(..., min_length=1)
     # Fraction of episodes played against each opponent: "self" (the seats above), a scripted
-    # bot name ("random", "minimax"; games only), or "pool" (a frozen snapshot of the
-    # learner in every other seat, see ``pool``). Against a bot or the pool the learner takes
-    # a random one of its seats.
+    # bot name ("random", "minimax"; games only), or "pool" (frozen snapshots of the learners
+    # in every other seat, see ``pool``). Against a bot or the pool the learner takes a random
+    # one of the learners' seats.
     opponents: dict[str, float] = Field(default_factory=lambda: {"self": 1.0})
     illegal_move_penalty: float = -1.0
     prefill: str = Field("[", description="text the assistant turn starts with")

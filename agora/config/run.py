@@ -157,12 +157,9 @@ class RunConfig(StrictModel):
             elif wrong:
                 raise ValueError(f"eval.opponents: {wrong} cannot play {env} (choose from "
                                  f"{sorted(allowed)})")
-        if "pool" in self.environment.opponents:
-            if len(self.trainable_agents) != 1:
-                raise ValueError("environment.opponents: 'pool' snapshots one learner; the run "
-                                 f"has {len(self.trainable_agents)} trainable agents")
-            if env == "discussion":
-                raise ValueError("environment.opponents: no 'pool' in a discussion")
+        if "pool" in self.environment.opponents and self.learner is None:
+            raise ValueError("environment.opponents: 'pool' plays snapshots of the trainable "
+                             "agents, and no trainable agent has a seat")
         unknown_hosts = sorted(set(self.services.hosts) - {*self.all_ports(), "policy"})
         if unknown_hosts:
             raise ValueError(f"services.hosts: unknown service(s) {unknown_hosts}; known: "

@@ -132,8 +132,9 @@ def build(section, payload: dict) -> Discussion:
 def check(section) -> None:
     if section.task is None:
         raise ValueError("task: a discussion needs a task source (reasoning_gym, jsonl or hf)")
-    if set(section.opponents) != {"self"}:
-        raise ValueError("opponents: scripted bots play games only; a discussion is {self: 1.0}")
+    if set(section.opponents) - {"self", "pool"}:
+        raise ValueError("opponents: scripted bots play games only; a discussion plays 'self' "
+                         "(the seats) or 'pool' (the other agents' snapshots)")
 
 
 SPEC = EnvSpec(

@@ -119,8 +119,8 @@ def trainer_agent_gauges(env_metrics: Mapping[str, str]) -> dict[str, Gauge]:
 
 POOL_RATINGS = Gauge(
     "agora_pool_rating",
-    "Elo ratings in a learner's opponent pool: each snapshot (player = <agent>@v<N>) and the "
-    "learner itself (player = agent)",
+    "Elo ratings in the run's opponent pool (one scale for every learner): each snapshot "
+    "(agent = whose, player = <agent>@v<N>) and each live learner (player = agent)",
     ["agent", "player"],
 )
 TRAINER_EPISODES_CONSUMED = Counter(

@@ -9,10 +9,10 @@ A seat holds one of:
 - a context agent (``context:<name>``, a key of the config's ``context_agents``): a scripted
   strategy in a ``BotPlayer``; a scheduled one is set to the strategy of the clock, which is
   the learner's live policy version, read from Redis once per episode;
-- a frozen snapshot of the learner (``opponent == "pool"``): an ``LLMPlayer`` asking the
-  snapshot's own LoRA name on the learner's server, loaded there first if it is not (a vLLM
-  restart forgets runtime adapters, so the worker checks every time instead of trusting the
-  trainer to have loaded it).
+- a frozen snapshot of a learner (``opponent == "pool"``: the one the trainer drew for that
+  seat): an ``LLMPlayer`` asking the snapshot's own LoRA name on its agent's server, loaded
+  there first if it is not (a vLLM restart forgets runtime adapters, so the worker checks every
+  time instead of trusting the trainer to have loaded it).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def build_env(cfg: RunConfig, payload: dict) -> TurnBasedEnv:
 
 def seat_names(cfg: RunConfig, payload: dict) -> list[str]:
     """The episode's seats: the config's, or the learner's seat kept and every other seat
-    given to the bot (``bot:<name>``) or to the pool snapshot (``snapshot``)."""
+    given to the bot (``bot:<name>``) or to its pool snapshot (``snapshot``)."""
     opponent = payload.get("opponent", "self")
     seats = list(cfg.environment.seats)
     if opponent == "self":
@@ -100,14 +100,14 @@ def build_players(cfg: RunConfig, payload: dict, stream: EpisodeStream,
     if clock is None and any(s.startswith(CONTEXT_PREFIX) for s in cfg.environment.seats):
         clock = learner_clock(cfg, stream)
     players: list[Player] = []
-    for name in seat_names(cfg, payload):
+    for seat, name in enumerate(seat_names(cfg, payload)):
         if name.startswith("bot:"):
             players.append(BotPlayer(make_bot(name.removeprefix("bot:"))))
         elif name.startswith(CONTEXT_PREFIX):
             players.append(BotPlayer(make_context_seat(cfg, name.removeprefix(CONTEXT_PREFIX),
                                                        clock or 0)))
         elif name == "snapshot":
-            players.append(snapshot_player(cfg, payload))
+            players.append(snapshot_player(cfg, payload["snapshots"][str(seat)]))
         else:
             players.append(LLMPlayer(
                 agent=name,
@@ -118,13 +118,12 @@ def build_players(cfg: RunConfig, payload: dict, stream: EpisodeStream,
     return players
 
 
-def snapshot_player(cfg: RunConfig, payload: dict) -> LLMPlayer:
-    """The frozen learner snapshot the trainer drew for this episode, as its own adapter."""
-    snap = payload["snapshot"]
-    learner = cfg.environment.seats[int(payload.get("learner_seat", 0))]
-    name, version = str(snap["name"]), int(snap["version"])
-    ensure_adapter(cfg.policy_url(learner), name, str(snap["path"]))
-    return LLMPlayer(agent=name, client=_client(cfg, learner, name),
+def snapshot_player(cfg: RunConfig, snap: dict) -> LLMPlayer:
+    """A frozen learner snapshot the trainer drew for a seat, as its own adapter on its
+    agent's policy server."""
+    agent, name, version = str(snap["agent"]), str(snap["name"]), int(snap["version"])
+    ensure_adapter(cfg.policy_url(agent), name, str(snap["path"]))
+    return LLMPlayer(agent=name, client=_client(cfg, agent, name),
                      prefill=cfg.environment.prefill, version=lambda: version)
 
 

@@ -264,8 +264,8 @@ def play(payload: dict) -> str:
         record.task_id = payload["task"]["task_id"]
     if cfg.context_agents:
         record.info["clock"] = clock  # the update index the scheduled context agents saw
-    if "snapshot" in payload:
-        record.info["snapshot"] = payload["snapshot"]
+    if "snapshots" in payload:
+        record.info["snapshots"] = payload["snapshots"]
     if "group" in payload:  # one of ppo.group_size episodes of this seed (grpo / rloo)
         record.info["group"] = payload["group"]
     curriculum.label(record, payload)  # info["curriculum"]: the level it was played at
@@ -317,10 +317,12 @@ def _stream(payload: dict) -> EpisodeStream:
 
 def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,
                     redis_url_: str, task: Task | None = None,
-                    draw_snapshot: Callable[[random.Random], dict] | None = None) -> dict:
+                    draw_snapshots: Callable[[random.Random, int], dict] | None = None
+                    ) -> dict:
     """One task's arguments: which opponent (drawn from the config's mix) and seat, for a
-    discussion the question to discuss, and for a pool episode the snapshot
-    (``draw_snapshot``, the trainer's pool: name, adapter path, version)."""
+    discussion the question to discuss, and for a pool episode the snapshot in every seat but
+    the learner's (``draw_snapshots``, the trainer's pool: seat -> name, agent, adapter path,
+    version)."""
     names = list(cfg.environment.opponents)
     weights = [cfg.environment.opponents[n] for n in names]
     opponent = rng.choices(names, weights=weights)[0]
@@ -335,9 +337,9 @@ def episode_payload(cfg: RunConfig, run_id: str, index: int, rng: random.Random,
         own = [i for i, s in enumerate(seats) if s in trainable] or list(range(len(seats)))
         learner_seat = own[rng.randrange(len(own))]
     if opponent == "pool":
-        if draw_snapshot is None:
-            raise ValueError("a pool episode needs a snapshot (draw_snapshot)")
-        extra["snapshot"] = draw_snapshot(rng)
+        if draw_snapshots is None:
+            raise ValueError("a pool episode needs its snapshots (draw_snapshots)")
+        extra["snapshots"] = draw_snapshots(rng, learner_seat)
     return {
         **extra,
         "run_id": run_id,

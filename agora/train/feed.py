@@ -58,7 +58,8 @@ class EpisodeFeed:
         self.rng = random.Random(cfg.seed)
         self.tasks: list[Task] = []
         # Draws a pool opponent for an episode (opponents: {pool: w}); set once the pool exists.
-        self.draw_snapshot: Callable[[random.Random], dict] | None = None
+        # (rng, the live learner's seat) -> the snapshot of every other seat.
+        self.draw_snapshots: Callable[[random.Random, int], dict] | None = None
         # Episodes of a group (ppo.group_size) waiting for the rest of it: grpo / rloo compare
         # a group's samples within one batch, so a group joins a batch whole. Held entries stay
         # pending in the stream (unacked), so a --resume reads them again.
@@ -92,7 +93,7 @@ class EpisodeFeed:
             first = last - size + 1
             task = self.rng.choice(self.tasks) if self.tasks else None
             payload = episode_payload(self.cfg, self.run_id, first, self.rng, self.redis_url,
-                                      task, self.draw_snapshot)
+                                      task, self.draw_snapshots)
             for member in range(size):
                 episode = dict(payload) if size == 1 else {
                     **payload, "episode_id": f"{self.run_id}-{first + member:08d}",

@@ -1,17 +1,24 @@
-"""The trainer's side of the opponent pool: frozen snapshots of the learner, with Elo ratings.
+"""The trainer's side of the opponent pool: frozen snapshots of the learners, with Elo ratings.
 
 A snapshot costs nothing to make: the trainer already saves every version's adapter in its
 own folder (``adapters/<agent>/v<N>``, see ``weight_sync``), so a snapshot is a name
 (``<agent>@v<N>``) for one of those folders, added to an ``OpponentPool`` at v0 and every
-``pool.snapshot_every`` updates. Each pool episode's payload carries the snapshot the trainer
-drew for it (name, path, version); the worker loads that adapter into the learner's vLLM server
-under the snapshot's name if it is not there yet (``seating.ensure_adapter``) and seats it.
+``pool.snapshot_every`` updates, for every trainable agent that has a seat (a league when
+there are several: one pool, every rating on one scale).
 
-Ratings: after each update the trainer scores the learner against the snapshot of every pool
-episode it consumed (a game's win/draw/loss; otherwise the higher mean reward wins) and updates
-both Elo ratings; ``agora_pool_rating{agent, player}`` exports them, and ``pool.sampling:
-pfsp`` draws by them. The pool (snapshots and ratings) is saved as ``opponent_pool.json`` in the run
-folder after every change, so ``--resume`` continues with it.
+A pool episode has one live learner (the payload's ``learner_seat``); every other seat is a
+snapshot: of that seat's agent when it is a learner (alice meets bob's past versions), else of
+the live learner itself (self-play seats, and the seats of context agents, as with one
+learner). The payload carries the snapshot drawn for each such seat (``snapshots``: seat ->
+name, agent, path, version); the worker loads that adapter into its agent's vLLM server under
+the snapshot's name if it is not there yet (``seating.ensure_adapter``) and seats it.
+
+Ratings: after each update the trainer scores the live learner of every pool episode it
+consumed against each snapshot in it (a game's win/draw/loss; otherwise the higher mean reward
+wins) and updates both Elo ratings; ``agora_pool_rating{agent, player}`` exports them (agent:
+whose snapshot, or the learner itself), and ``pool.sampling: pfsp`` draws by them. The pool is
+saved as ``opponent_pool.json`` in the run folder after every change, so ``--resume``
+continues with it.
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ def snapshot_name(agent: str, version: int) -> str:
 
 class SnapshotPool:
     def __init__(self, cfg: RunConfig, path: Path) -> None:
-        if cfg.learner is None:
+        seated = set(cfg.environment.seats)
+        self.agents = [a.name for a in cfg.trainable_agents if a.name in seated]
+        if not self.agents:
             raise ValueError("an opponent pool needs a trainable agent in a seat")
+        self.seats = list(cfg.environment.seats)
         self.cfg = cfg.environment.pool
-        self.agent = cfg.learner
         self.path = path
         if path.is_file():
             self.pool = OpponentPool.load(path)
@@ -53,50 +62,70 @@ class SnapshotPool:
             return None
         return cls(cfg, run_dir / "opponent_pool.json")
 
-    def maybe_add(self, update_index: int, version: int, adapter_path: Path) -> bool:
-        """Snapshot the learner's ``version`` if ``update_index`` is on the schedule."""
-        name = snapshot_name(self.agent, version)
+    def maybe_add(self, update_index: int, agent: str, version: int,
+                  adapter_path: Path) -> bool:
+        """Snapshot ``agent``'s ``version`` if ``update_index`` is on the schedule."""
+        name = snapshot_name(agent, version)
         if update_index % self.cfg.snapshot_every or name in self.pool.players:
             return False
         self.pool.add_snapshot(name, str(adapter_path), version)
         self.pool.save(self.path)
-        log.info("opponent pool: added %s (%d snapshots)", name, len(self.pool.snapshots()))
+        log.info("opponent pool: added %s (%d of %s)", name,
+                 len(self.pool.snapshots(agent)), agent)
         return True
 
-    def draw(self, rng: random.Random) -> dict:
-        """The snapshot an episode plays against, as the payload carries it."""
-        snap = self.pool.sample(rng, self.cfg.sampling, latest_prob=self.cfg.latest_prob,
-                                against=self.agent, power=self.cfg.pfsp_power)
-        return {"name": snap.name, "path": snap.path, "version": snap.version}
+    def draw(self, rng: random.Random, learner_seat: int) -> dict[str, dict]:
+        """The snapshot in each seat but the live learner's (seat index as a string, as JSON
+        keeps it), as the payload carries them: one draw per agent, so the seats of one agent
+        (self-play with three seats) hold the same snapshot."""
+        learner = self.seats[learner_seat]
+        drawn: dict[str, dict] = {}
+        seats: dict[str, dict] = {}
+        for seat, name in enumerate(self.seats):
+            if seat == learner_seat:
+                continue
+            owner = name if name in self.agents else learner
+            if owner not in drawn:
+                snap = self.pool.sample(rng, self.cfg.sampling, latest_prob=self.cfg.latest_prob,
+                                        against=learner, power=self.cfg.pfsp_power, owner=owner)
+                drawn[owner] = {"name": snap.name, "agent": owner, "path": snap.path,
+                                "version": snap.version}
+            seats[str(seat)] = drawn[owner]
+        return seats
 
     def record(self, records: list[EpisodeRecord]) -> int:
-        """Elo updates for the pool episodes among ``records``; returns how many were rated."""
+        """Elo updates for the pool episodes among ``records`` (the live learner against each
+        snapshot it met); returns how many games were rated."""
         rated = 0
         for record in records:
-            snap = record.info.get("snapshot")
-            if record.opponent != "pool" or not isinstance(snap, dict):
+            snaps = record.info.get("snapshots")
+            if record.opponent != "pool" or not isinstance(snaps, dict):
                 continue
-            score = learner_score(record, self.agent, str(snap["name"]))
-            if score is None:
+            live = [s for s in record.seats if s in self.agents]
+            if not live:
                 continue
-            self.pool.update(self.agent, str(snap["name"]), score)
-            rated += 1
+            for name in sorted({str(s["name"]) for s in snaps.values() if isinstance(s, dict)}):
+                score = learner_score(record, live[0], name)
+                if score is None:
+                    continue
+                self.pool.update(live[0], name, score)
+                rated += 1
         if rated:
             self.pool.save(self.path)
             self.export_ratings()
         return rated
 
     def export_ratings(self) -> None:
-        """Every snapshot's rating (and the learner's) on the trainer's /metrics; an evicted
+        """Every snapshot's rating (and each learner's) on the trainer's /metrics; an evicted
         snapshot's series goes with it."""
         POOL_RATINGS.clear()
         for snap in self.pool.snapshots():
-            POOL_RATINGS.labels(self.agent, snap.name).set(snap.rating)
-        POOL_RATINGS.labels(self.agent, self.agent).set(self.learner_rating)
+            POOL_RATINGS.labels(snap.owner, snap.name).set(snap.rating)
+        for agent in self.agents:
+            POOL_RATINGS.labels(agent, agent).set(self.learner_rating(agent))
 
-    @property
-    def learner_rating(self) -> float:
-        return self.pool.player(self.agent).rating
+    def learner_rating(self, agent: str) -> float:
+        return self.pool.player(agent).rating
 
 
 def learner_score(record: EpisodeRecord, learner: str, snapshot: str) -> float | None:

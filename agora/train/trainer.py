@@ -119,7 +119,7 @@ class Trainer:
             self.keeper.publish(name, version, path)
             self.reporter.show_version(name, version)
         self.snapshots = SnapshotPool.for_run(self.cfg, self.run_dir)
-        self.feed.draw_snapshot = self.snapshots.draw if self.snapshots else None
+        self.feed.draw_snapshots = self.snapshots.draw if self.snapshots else None
         # Levels live in Redis: a fresh run starts them over, --resume carries them on.
         self.curriculum = CurriculumTracker.for_run(self.cfg, self.r, self.run_id, self.resume)
         self.add_snapshot()
@@ -133,11 +133,11 @@ class Trainer:
                           self.cfg.agent(agent).finetune == "full")
 
     def add_snapshot(self) -> None:
-        """Freeze the learner's live version into the opponent pool when it is due."""
+        """Freeze each seated learner's live version into the opponent pool when it is due."""
         if self.snapshots is not None:
-            name = self.snapshots.agent
-            self.snapshots.maybe_add(self.update_index, self.versions[name],
-                                     adapter_dir(self.run_dir, name, self.versions[name]))
+            for name in self.snapshots.agents:
+                self.snapshots.maybe_add(self.update_index, name, self.versions[name],
+                                         adapter_dir(self.run_dir, name, self.versions[name]))
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -212,7 +212,8 @@ class Trainer:
         self.reporter.keep_episodes(got.records)
         if self.snapshots is not None:
             self.snapshots.record(got.records)
-            stats[self.snapshots.agent]["pool_elo"] = self.snapshots.learner_rating
+            for name in self.snapshots.agents:
+                stats.setdefault(name, {})["pool_elo"] = self.snapshots.learner_rating(name)
         if self.curriculum is not None:  # levels move on the episodes just consumed
             for name, levels in self.curriculum.observe(got.records).items():
                 stats.setdefault(name, {}).update(levels)

@@ -187,3 +187,22 @@ def test_tiny_random_agents_discuss_through_vllm_into_the_stream(
     tokenizer = PPOLearner(tiny_model, cfg.agent("alice"), cfg.ppo).tokenizer
     second = tokenizer.decode(record.turns[2].prompt_token_ids)
     assert "Answer from agent 2:" in second and record.turns[1].text.strip()[:20] in second
+
+    # A pool episode (a league of both learners): the live learner discusses with the other
+    # learner's snapshot, served under the snapshot's own name.
+    league = cfg.model_copy(update={"environment": cfg.environment.model_copy(
+        update={"opponents": {"pool": 1.0}})})
+
+    def draw(rng, seat: int) -> dict:
+        other = cfg.environment.seats[1 - seat]
+        return {str(1 - seat): {"name": f"{other}@v0", "agent": other, "version": 0,
+                                "path": str(tmp_path / other)}}
+
+    pool_payload = episode_payload(league, run_id, 2, random.Random(0), redis_url, _task(), draw)
+    assert play(pool_payload) == "added"
+    [(_, pooled)] = stream.read_new(count=10, block_ms=100)
+    live = cfg.environment.seats[pool_payload["learner_seat"]]
+    snapshot = f"{cfg.environment.seats[1 - pool_payload['learner_seat']]}@v0"
+    assert set(pooled.seats) == {live, snapshot} and set(pooled.rewards) == {live, snapshot}
+    assert {t.agent for t in pooled.turns} == {live, snapshot} and len(pooled.turns) == 4
+    assert snapshot in admin.models()

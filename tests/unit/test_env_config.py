@@ -170,9 +170,11 @@ def test_opponents_bots_pool_and_trainable_seats():
     two = config({"name": "negotiation", "seats": ["learner", "other"],
                   "opponents": {"pool": 1.0}})
     two["agents"].append({"name": "other", "base": "m"})
-    assert "'pool' snapshots one learner; the run has 2 trainable agents" in error(two)
+    assert parse_config(two).learner == "learner"  # a league: both learners' snapshots
     two["agents"][1]["trainable"] = False
     assert parse_config(two).learner == "learner"
+    two["agents"][0]["trainable"] = False
+    assert "'pool' plays snapshots of the trainable agents" in error(two)
     unseated = config(NEGOTIATION, PARTNER)
     unseated["agents"].append({"name": "idle", "base": "m"})
     assert "agents.idle: trainable but in no seat" in error(unseated)
