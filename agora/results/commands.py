@@ -46,6 +46,9 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
         adapter = runs / f"{exp.name}-sft"
         out.append(_warm_start_step(exp, adapter, sets))
         sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
+    elif exp.warm_start_from is not None:  # an earlier experiment's SFT (plan order)
+        adapter = runs / f"{exp.warm_start_from}-sft"
+        sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
     if exp.kind == "demo":
         out.append(Step("train + evaluate", [
             "demo", config, "--run-id", exp.name,

@@ -85,6 +85,27 @@ def test_a_train_eval_experiment_warm_starts_its_learner(tmp_path):
     assert "init_adapter" not in " ".join(evaluate.args)  # eval reads the run's own adapters
 
 
+def test_a_variant_starts_from_an_earlier_experiments_warm_start(tmp_path):
+    negotiation = str(ROOT / "configs/negotiation.yaml")
+    first = experiment(name="n", kind="train_eval", config=negotiation, minutes=4,
+                       warm_start={"episodes": 3})
+    variant = experiment(name="n-rloo", kind="train_eval", config=negotiation, minutes=4,
+                         warm_start_from="n",
+                         overrides=["ppo.advantage=rloo", "ppo.group_size=4"])
+    plan = load_plan(write_plan(tmp_path, first, variant))
+    train, evaluate = steps(plan.experiments[1], runs := tmp_path / "runs")  # no SFT of its own
+    assert train.args[0] == "up" and f"agents.0.init_adapter={runs / 'n-sft'}" in train.args
+    assert evaluate.args[0] == "eval"
+    for bad, message in (
+            ([variant, first], "'n' is no earlier experiment with a warm_start"),
+            ([{**first, "warm_start": None}, variant], "no earlier experiment"),
+            ([first, {**variant, "config": str(ROOT / "configs/story.yaml")}],
+             "an adapter fits its own config"),
+            ([first, {**variant, "warm_start": {"episodes": 3}}], "not both")):
+        with pytest.raises(ConfigError, match=message):
+            load_plan(write_plan(tmp_path, *bad))
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"kind": "train"}, "experiments.0.kind"),
     ({"name": "../x"}, "experiments.0.name"),
