@@ -1,11 +1,14 @@
 """Envs with a scorer (negotiation, story, code_debug, support): metrics, success, preference.
 
 Each compared policy (the evaluated version and its baseline: v0, or the base model for a
-checkpoint) plays the same ``episodes`` seeds in the config's seats. Scripted context agents
-play the strategy their schedule gives at the evaluated version's number, the same for both
-policies, so the two are compared against the same partner. Every episode is scored exactly as
-in training (``agora.rollout.scoring``: the judge service, the reward service's sandbox), and
-per LLM agent the episode metrics of ``ENV_METRICS`` are averaged:
+checkpoint) plays the same ``episodes`` seeds in the config's seats. A scheduled context agent
+plays each strategy of its schedule in turn, by seed (seed i: strategy i mod their number), the
+same for both policies, so the two meet the same partners, and a learner trained against a
+switching partner is judged against all of them, not only the one its last update met (the
+partner of the final clock made the "before" of a warm start 98% deals in one run and 35% in
+the next). Metrics are also kept per partner strategy (``by_partner``). Every episode is
+scored exactly as in training (``agora.rollout.scoring``: the judge service, the reward
+service's sandbox), and per LLM agent the episode metrics of ``ENV_METRICS`` are averaged:
 
 - metrics that are 0/1 per episode (``deal_rate``, ``solved``, ``bug_fixed``,
   ``task_success``) as rates with 95% Wilson intervals; the *success rate* of a task env is its
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 
+from agora.agents.context import make_context_agent
 from agora.config.agents import CONTEXT_PREFIX
+from agora.config.run import RunConfig
 from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import mean_interval, rate
@@ -33,23 +38,42 @@ from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player
 from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
-from agora.rollout.seating import build_env, make_context_seat
+from agora.rollout.seating import ContextSeat, build_env
 
 BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
 COUNT_METRICS = {"tool_calls"}  # per-episode counts; every other env metric is within 0..1
+def partner_strategies(cfg: RunConfig) -> dict[str, list[str]]:
+    """Each context agent's strategies: its schedule's, in order, or its one fixed strategy."""
+    out = {}
+    for key, spec in cfg.context_agents.items():
+        schedule = spec.make_schedule()
+        out[key] = schedule.names if schedule is not None else [str(spec.strategy)]
+    return out
+
+
+def partner_of(record: EpisodeRecord) -> str:
+    """The strategies the record's context seats played, e.g. ``greedy`` (``a+b`` for two)."""
+    return "+".join(s.rsplit("/", 1)[1] for s in record.seats
+                    if s.startswith(f"bot:{CONTEXT_PREFIX}") and "/" in s)
+
+
 async def play_scored(ctx: EvalContext, served: dict[str, str], episodes: int, seed: int,
-                      clock: int, label: str = "episodes") -> list[EpisodeRecord]:
+                      label: str = "episodes") -> list[EpisodeRecord]:
     """``episodes`` scored episodes of the config's seats (LLM seats asking ``served[agent]``,
-    context seats on the strategy of ``clock``); progress shows as the phase ``label``."""
+    context seats on strategy ``i mod n`` of their n in episode i); progress shows as the phase
+    ``label``."""
     cfg = ctx.cfg
+    strategies = partner_strategies(cfg)
     advance = ctx.start_phase(f"{label}: {episodes} episodes", episodes)
 
     async def one(i: int) -> EpisodeRecord:
         players: list[Player] = []
         for seat in cfg.environment.seats:
             if seat.startswith(CONTEXT_PREFIX):
-                players.append(BotPlayer(make_context_seat(
-                    cfg, seat.removeprefix(CONTEXT_PREFIX), clock)))
+                key = seat.removeprefix(CONTEXT_PREFIX)
+                names = strategies[key]
+                players.append(BotPlayer(ContextSeat(
+                    key, make_context_agent(names[i % len(names)]))))
             else:
                 players.append(ctx.llm_player(seat, served[seat]))
         # The payload's seed picks what the seed picks in training (support: the level).

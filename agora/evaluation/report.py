@@ -100,6 +100,16 @@ def context_md(section: dict) -> list[str]:
                          *(mean(metrics.get(k)) if k != "legal_rate" else pct(metrics.get(k))
                            for k in keys)])
     out += table(["policy", "agent", *keys], rows)
+    if any("by_partner" in result for result in section["policies"].values()):
+        out += ["### By partner strategy", ""]
+        rows = []
+        for policy, result in section["policies"].items():
+            for partner, agents in result.get("by_partner", {}).items():
+                for agent, metrics in agents.items():
+                    rows.append([partner, f"{policy} ({result['labels'][agent]})", agent,
+                                 *(mean(metrics.get(k)) if k != "legal_rate"
+                                   else pct(metrics.get(k)) for k in keys)])
+        out += table(["partner", "policy", "agent", *keys], sorted(rows, key=lambda r: r[0]))
     pref = section.get("preference")
     if pref:
         out += ["## Judge preference: evaluated vs baseline", ""]

@@ -128,18 +128,25 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
     env = cfg.environment.name
     agents = evaluated_agents(target)
     learner = cfg.learner or agents[0]
-    clock = compared(target, learner)[0].number or 0
-    section: dict = {"episodes": count, "clock": clock, "policies": {}}
+    partners = context_envs.partner_strategies(cfg)
+    section: dict = {"episodes": count, "partners": partners, "policies": {}}
     records = {}
     for policy, index in (("evaluated", 0), ("baseline", 1)):
         versions = {a: compared(target, a)[index] for a in agents}
         records[policy] = await context_envs.play_scored(
-            ctx, {a: served[v] for a, v in versions.items()}, count, options.seed, clock,
+            ctx, {a: served[v] for a, v in versions.items()}, count, options.seed,
             label=policy)
         section["policies"][policy] = {
             "labels": {a: v.label for a, v in versions.items()},
             "agents": {a: context_envs.agent_metrics(records[policy], a, env) for a in agents},
         }
+        if any(len(names) > 1 for names in partners.values()):  # a switching partner
+            by_partner: dict[str, list] = {}
+            for record in records[policy]:
+                by_partner.setdefault(context_envs.partner_of(record), []).append(record)
+            section["policies"][policy]["by_partner"] = {
+                partner: {a: context_envs.agent_metrics(group, a, env) for a in agents}
+                for partner, group in by_partner.items()}
     if cfg.environment.spec.judged:
         pref = await context_envs.judge_preference(ctx, records["evaluated"], records["baseline"],
                                                    learner)

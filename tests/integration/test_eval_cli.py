@@ -425,10 +425,14 @@ def test_eval_story_judge_preference_starts_and_stops_its_judge(tmp_path, vllm_t
     (judge,) = report["services"]["started"]  # the judge only: vLLM was given
     assert judge["name"] == "judge" and not psutil.pid_exists(judge["pid"])
     section = report["sections"]["episodes"]
-    assert section["clock"] == 1  # the partner plays the strategy of the evaluated version
+    # The switching co-writer plays each of its strategies in turn, by seed, for both policies.
+    assert section["partners"] == {"cowriter": ["template_writer", "short_writer"]}
     for policy in section["policies"].values():
         metrics = policy["agents"]["writer"]
         assert metrics["reward"]["n"] == 3
+        by_partner = policy["by_partner"]
+        assert {p: m["writer"]["reward"]["n"] for p, m in by_partner.items()} == {
+            "template_writer": 2, "short_writer": 1}
         for key in ("judge_score", "story_score", "preference"):
             assert 0.0 <= metrics[key]["mean"] <= 1.0
     pref = section["preference"]
@@ -437,6 +441,7 @@ def test_eval_story_judge_preference_starts_and_stops_its_judge(tmp_path, vllm_t
     assert pref["rubric"] == "story"
     assert_rate(pref["preference"])
     assert "## Judge preference: evaluated vs baseline" in md and "position bias" in md
+    assert "### By partner strategy" in md and "| short_writer | evaluated (writer@v1) |" in md
     # `agora results` reads the same file: the writer's metrics and the preference
     figures = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}
     assert {"reward", "judge_score", "preference", "judge preference (latest vs v0)"} \
