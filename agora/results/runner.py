@@ -105,7 +105,17 @@ def kept_outcome(exp: Experiment, out: Path) -> dict | None:
     if not path.is_file():
         return None
     kept = json.loads(path.read_text())
-    same = kept.get("commands") == [s.shell() for s in steps(exp, out / "runs")]
+    # The same folder spelt relative or absolute (--out results, --out /x/results) is the
+    # same experiment: compare the commands with the runs folder's spelling taken out.
+    runs = out / "runs"
+    spellings = sorted({str(runs.resolve()), str(runs)}, key=len, reverse=True)
+
+    def plain(commands: list[str]) -> list[str]:
+        for spelling in spellings:
+            commands = [c.replace(spelling, "<runs>") for c in commands]
+        return commands
+
+    same = plain(list(kept.get("commands") or [])) == plain([s.shell() for s in steps(exp, runs)])
     return kept if kept.get("status") == "done" and same else None
 
 

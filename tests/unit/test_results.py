@@ -279,3 +279,21 @@ def test_the_table_keeps_every_experiment_done_before_whatever_only_chose(tmp_pa
     assert ran == [f"b: done before ({out / 'b.json'}); --rerun to run it again"]
     changed = load_plan(write_plan(tmp_path, experiment(name="a", updates=2))).experiments[0]
     assert kept_outcome(changed, out) is None  # a budget change means a new experiment
+
+
+def test_an_experiment_done_with_the_folder_spelt_otherwise_is_the_same(tmp_path, monkeypatch):
+    """`--out results` and `--out /abs/results` name one folder: an experiment done through
+    either is done for the other (a mismatch re-ran a 17-minute SFT)."""
+    monkeypatch.chdir(tmp_path)
+    (exp,) = load_plan(write_plan(tmp_path, experiment(name="a", updates=1))).experiments
+    absolute = tmp_path / "results"
+    absolute.mkdir()
+    (absolute / "a.json").write_text(json.dumps(
+        {"name": "a", "status": "done", "figures": [],
+         "commands": [s.shell() for s in steps(exp, absolute / "runs")]}))
+    assert kept_outcome(exp, Path("results")) is not None
+    assert kept_outcome(exp, absolute) is not None
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "a.json").write_text((absolute / "a.json").read_text())
+    assert kept_outcome(exp, other) is None  # another folder's commands are not this one's
