@@ -34,6 +34,7 @@ from agora.config.run import RunConfig
 from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import mean_interval, rate
+from agora.evaluation.switching import seated_strategies
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player
@@ -53,8 +54,7 @@ def partner_strategies(cfg: RunConfig) -> dict[str, list[str]]:
 
 def partner_of(record: EpisodeRecord) -> str:
     """The strategies the record's context seats played, e.g. ``greedy`` (``a+b`` for two)."""
-    return "+".join(s.rsplit("/", 1)[1] for s in record.seats
-                    if s.startswith(f"bot:{CONTEXT_PREFIX}") and "/" in s)
+    return "+".join(seated_strategies(record.seats).values())
 
 
 async def play_scored(ctx: EvalContext, served: dict[str, str], episodes: int, seed: int,

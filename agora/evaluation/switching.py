@@ -26,6 +26,17 @@ from pathlib import Path
 CONTEXT_SEAT = "bot:context:"
 
 
+def seated_strategies(seats: list[str]) -> dict[str, str]:
+    """``{context agent key: the strategy it played}`` from an episode's seats, which name a
+    context seat ``bot:context:<key>/<strategy>`` (``rollout.seating.ContextSeat``)."""
+    out = {}
+    for seat in seats:
+        if seat.startswith(CONTEXT_SEAT) and "/" in seat:
+            key, strategy = seat.removeprefix(CONTEXT_SEAT).split("/", 1)
+            out[key] = strategy
+    return out
+
+
 @dataclass(frozen=True)
 class Segment:
     strategy: str
@@ -59,13 +70,11 @@ def reward_by_update(episodes: Path, learner: str, seat_key: str | None = None
         except json.JSONDecodeError:  # a cut last line of a killed run
             continue
         clock = record.get("info", {}).get("clock")
-        partner = next((s.removeprefix(CONTEXT_SEAT) for s in record["seats"]
-                        if s.startswith(CONTEXT_SEAT)
-                        and (seat_key is None or s.startswith(f"{CONTEXT_SEAT}{seat_key}/"))),
-                       None)
-        if clock is None or partner is None or learner not in record.get("rewards", {}):
+        played = seated_strategies(record["seats"])
+        strategy = (played.get(seat_key) if seat_key is not None
+                    else next(iter(played.values()), None))
+        if clock is None or strategy is None or learner not in record.get("rewards", {}):
             continue
-        strategy = partner.split("/", 1)[-1]
         grouped.setdefault(int(clock), (strategy, []))[1].append(
             float(record["rewards"][learner]))
     return {clock: (strategy, statistics.fmean(values))

@@ -9,6 +9,7 @@ learned verifier).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -120,9 +121,9 @@ class RewardService:
         limits = req.program_limits.sandbox()
 
         def check(response: str) -> tuple[MathVerdict, ProgramRun | None]:
-            if req.answer == "text" or last_program(response) is None:  # nothing to run
-                return verify_answer(response, req.task, req.answer, limits)
-            with self.sandbox_slots:  # a program answer runs in the sandbox, like code tests
+            # A program answer runs in the sandbox, like code tests: it waits for a slot.
+            runs = req.answer != "text" and last_program(response) is not None
+            with self.sandbox_slots if runs else contextlib.nullcontext():
                 return verify_answer(response, req.task, req.answer, limits)
 
         try:
