@@ -119,7 +119,8 @@ def drain_and_check(client: redis.Redis, stack: Stack, watched: Watched,
     enqueued episode reached the stream exactly once, none was trained on twice."""
     keys = RunKeys(stack.run_id)
     wait_for(watched.finished, 300, lambda: f"the trainer to finish ({watched.events})")
-    assert watched.error is None, f"the stack failed: {watched.error!r} {watched.events}"
+    assert watched.error is None, (f"the stack failed: {watched.error!r} {watched.events}\n"
+                                   f"{getattr(watched.error, 'log_tail', '')}")
     assert stack.service("trainer").process.returncode == 0
 
     def counts() -> tuple[int, int, int]:
