@@ -318,26 +318,29 @@ def compare(
     minutes: float = typer.Option(None, min=0.1,
                                   help="wall-clock training budget per arm (default: config)"),
     updates: int = typer.Option(None, min=1, help="instead: PPO updates per arm"),
-    tasks: int = typer.Option(None, help="held-out tasks to evaluate on (default: config)"),
+    tasks: int = typer.Option(None, help="discussions: held-out tasks (default: config)"),
+    games: int = typer.Option(None, min=1, help="other envs: evaluation episodes per policy "
+                                                "(default: the config's eval.games)"),
     run_id: str = typer.Option(None, help="the arms' run ids are <run-id>-single and "
                                "<run-id>-multi (default: <name>-<timestamp>); compare.json "
                                "goes in the multi arm's folder"),
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
-    """Train the learner alone and in the discussion, same budget; print curves and scores."""
+    """Train the learner without and with learning partners, same budget; print curves and
+    held-out scores (which arms each env has: agora/evaluation/compare.py)."""
+    from agora.evaluation import EvalInputError, EvalOptions
     from agora.evaluation.compare import (
         ArmResult,
+        CompareInputError,
+        arm_configs,
+        compared_learner,
         evaluate_arm,
-        multi_agent_config,
+        evaluate_episodes_arm,
         sample_curve,
-        single_agent_config,
         with_budget,
     )
 
     cfg = _load(config, overrides)
-    if cfg.environment.spec.evaluation != "discussion":
-        console.print("[bold red]config error[/]: environment.name: compare needs a discussion")
-        raise typer.Exit(2)
     if minutes is not None and updates is not None:
         console.print("[bold red]error[/]: --minutes and --updates: give one budget, not both")
         raise typer.Exit(2)
@@ -346,10 +349,15 @@ def compare(
         console.print("[bold red]config error[/]: trainer.max_minutes / trainer.max_updates: "
                       "the arms need a budget (or pass --minutes / --updates)")
         raise typer.Exit(2)
-    learner = cfg.trainable_agents[0].name
+    try:
+        learner = compared_learner(cfg)
+        arms_cfgs = arm_configs(cfg)
+    except (CompareInputError, ConfigError) as err:
+        console.print(f"[bold red]config error[/]: {escape(str(err))}")
+        raise typer.Exit(2) from None
+    discussion = cfg.environment.spec.evaluation == "discussion"
     arms = []
-    for label, arm_cfg in (("single-agent", single_agent_config(cfg)),
-                           ("multi-agent", multi_agent_config(cfg))):
+    for label, arm_cfg in arms_cfgs:
         arm_id = f"{run_id}-{label.split('-')[0]}" if run_id else None
         budget = (f"{arm_cfg.trainer.max_updates} updates" if arm_cfg.trainer.max_updates
                   else f"{arm_cfg.trainer.max_minutes} min")
@@ -360,35 +368,87 @@ def compare(
         except LaunchError as err:
             console.print(f"[bold red]cannot start[/]: {err}")
             raise typer.Exit(2) from None
-        run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
+        if discussion:  # evaluated on the arm's own servers, in the arm's own format
+            run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
+            try:
+                before, after = evaluate_arm(arm_cfg, tasks)
+            finally:
+                stack.stop()
+            arms.append(ArmResult(label, stack.run_dir, before, after))
+            continue
+        # The arm's own servers stay up for its evaluation (no second vLLM start-up).
+        run_stack(stack, keep_serving=("redis", "reward", "judge",
+                                       *(f"policy-{k}" for k in arm_cfg.models)))
+        console.print(f"[cyan]>[/] evaluating {learner}'s v0 and latest of the {label} arm on "
+                      f"{config.name} as written")
         try:
-            before, after = evaluate_arm(arm_cfg, tasks)
+            before, after, eval_dir = evaluate_episodes_arm(
+                cfg, stack.run_dir, learner,
+                EvalOptions(games=games, output=stack.run_dir / "compare-eval",
+                            given=arm_servers(arm_cfg, learner)))
+        except EvalInputError as err:
+            console.print(f"[bold red]eval error[/]: {escape(str(err))}")
+            raise typer.Exit(2) from None
+        except ServiceFailed as err:
+            console.print(f"[bold red]service '{err.name}' failed[/]: {escape(str(err))}")
+            raise typer.Exit(1) from None
         finally:
             stack.stop()
-        arms.append(ArmResult(label, stack.run_dir, before, after))
+        arms.append(ArmResult(label, stack.run_dir, before, after, "episodes", eval_dir))
 
-    curves = Table(title=f"training accuracy of '{learner}' (last round, last 100 episodes)")
+    summary = {arm.label: arm.summary(learner) for arm in arms}
+    curve_key = summary[arms[0].label]["curve_metric"]
+    curves = Table(title=f"training {curve_key} of '{learner}' (last 100 episodes)")
     curves.add_column("arm")
-    curves.add_column("minutes: accuracy")
+    curves.add_column("minutes: value")
     for arm in arms:
-        points = sample_curve(arm.curve(learner))
-        curves.add_row(arm.label, "  ".join(f"{m:.0f}: {a:.0%}" for m, a in points) or "-")
+        points = sample_curve(arm.curve(learner, curve_key))
+        curves.add_row(arm.label, "  ".join(f"{m:.0f}: {a:.2f}" for m, a in points) or "-")
     console.print(curves)
-    table = Table(title=f"held-out accuracy ({arms[0].after.tasks} tasks)")
-    for column in ("arm", "updates", "before: turn 1", "before: last turn", "after: turn 1",
-                   "after: last turn"):
-        table.add_column(column, justify="right")
-    summary = {}
-    for arm in arms:
-        b, a = arm.before.as_dict(), arm.after.as_dict()
-        table.add_row(arm.label, str(arm.updates()), f"{b['turn1']:.1%}", f"{b['last']:.1%}",
-                      f"{a['turn1']:.1%}", f"{a['last']:.1%}")
-        summary[arm.label] = {"run_dir": str(arm.run_dir), "updates": arm.updates(),
-                              "before": b, "after": a, "curve": arm.curve(learner)}
-    console.print(table)
+    console.print(compare_table(arms, discussion))
     out = arms[-1].run_dir / "compare.json"
     out.write_text(json.dumps(summary, indent=2))
     console.print(f"written {out}")
+
+
+def arm_servers(cfg: RunConfig, learner: str):
+    """The URLs of an arm's policy server (the learner's base), reward and judge services, for
+    its evaluation to use instead of starting its own."""
+    from agora.evaluation import GivenUrls
+
+    host, services = cfg.services.host, cfg.services
+    policy = cfg.models[cfg.agent(learner).base].port
+    return GivenUrls(policy=f"http://{host}:{policy}",
+                     judge=f"http://{host}:{services.judge_port}",
+                     reward=f"http://{host}:{services.reward_port}")
+
+
+def compare_table(arms: list, discussion: bool) -> Table:
+    """Held-out scores per arm: accuracy by turn for a discussion, else every metric of the
+    learner (with its 95% interval where it has one), before -> after."""
+    def shown(value: object) -> str:
+        if isinstance(value, dict):  # agora eval's {"rate" | "mean", "n", "ci95"}
+            value = value.get("rate", value.get("mean"))
+        return "-" if value is None else f"{float(value):.3f}"
+
+    if discussion:
+        table = Table(title=f"held-out accuracy ({arms[0].after['tasks']} tasks)")
+        for column in ("arm", "updates", "before: turn 1", "before: last turn",
+                       "after: turn 1", "after: last turn"):
+            table.add_column(column, justify="right")
+        for arm in arms:
+            b, a = arm.before, arm.after
+            table.add_row(arm.label, str(arm.updates()), f"{b['turn1']:.1%}",
+                          f"{b['last']:.1%}", f"{a['turn1']:.1%}", f"{a['last']:.1%}")
+        return table
+    table = Table(title="held-out scores of the learner (before -> after)")
+    table.add_column("metric")
+    for arm in arms:
+        table.add_column(f"{arm.label} ({arm.updates()} updates)", justify="right")
+    for key in arms[0].after:
+        table.add_row(key, *(f"{shown(arm.before.get(key))} -> {shown(arm.after.get(key))}"
+                             for arm in arms))
+    return table
 
 
 @app.command("eval")

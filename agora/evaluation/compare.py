@@ -1,16 +1,22 @@
 """Single- vs multi-agent training with the same budget (``agora compare``).
 
-The question MAPoRL asks: does training an agent *in a discussion* make it better than training
-it alone for the same time? Both arms start from the same base and adapter settings:
+The question MAPoRL asks: does training an agent *with other learning agents* make it better
+than training it alone for the same budget? Both arms start from the same base and adapter
+settings and train through the full stack; what "alone" means depends on the env
+(``arm_configs``):
 
-* single-agent: the config's first trainable agent, alone, one round (answer once);
-* multi-agent: the config as written (N agents, T rounds of answer-read-revise).
+- discussion: alone = the first learner alone, one round; together = the config as written;
+  each arm is evaluated in its own format.
+- code_debug: alone = the fixer alone on the bug list (``mode: fixer``); together = the config
+  (pair mode: it repairs its author's code).
+- negotiation, story, ...: alone = the learner against the config's scripted partners;
+  together = every scripted seat taken by a learning copy of the learner.
 
-Each arm trains for ``minutes`` through the full stack, then is evaluated on the same held-out
-tasks: the single agent answering alone, and the discussion after turn 1 and after the last turn.
-The held-out numbers are MAPoRL's: accuracy after each round (``DiscussionResult``) of one
-discussion per task, played and verified by the evaluation's discussion loop
-(``discussion.sample_discussions``, the one ``agora eval`` samples pass@k from).
+A discussion arm is scored as MAPoRL scores it: accuracy after each round (``DiscussionResult``)
+of one discussion per held-out task (``discussion.sample_discussions``, which ``agora eval``
+samples pass@k from). Every other arm is scored by ``agora eval``'s episodes evaluation of the
+learner's v0 (before) and latest version (after) on the config as written, so both arms face the
+same partners on the same seeds.
 """
 
 from __future__ import annotations
@@ -20,21 +26,61 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agora.config.agents import CONTEXT_PREFIX
 from agora.config.run import RunConfig, parse_config
 from agora.data import load_tasks
 from agora.evaluation.context import EvalContext, open_http
 from agora.evaluation.discussion import Answer, sample_discussions
+from agora.evaluation.runner import EvalOptions, run_evaluation
 from agora.evaluation.stats import wilson
+from agora.evaluation.target import EvalInputError, EvalTarget, run_versions
 from agora.serving.vllm_server import SERVED_BASE_NAME
 
 
+class CompareInputError(ValueError):
+    """The config has no single-agent reading; the message says why and what would have one."""
+
+
+PEER_SUFFIX = "-peer"  # a learning copy of the learner, in a seat a scripted agent held
+
+
+def compared_learner(cfg: RunConfig) -> str:
+    """The agent both arms train and both are scored on."""
+    learner = cfg.learner
+    if learner is None:
+        raise CompareInputError("agents: no trainable agent has a seat, so there is nothing to "
+                                "train in either arm")
+    return learner
+
+
 def single_agent_config(cfg: RunConfig) -> RunConfig:
-    """The same learner alone: one seat, one round, the other agents dropped."""
-    learner = cfg.trainable_agents[0]
+    """The same learner without learning partners (see the module table)."""
+    learner = compared_learner(cfg)
+    env = cfg.environment
     data = cfg.model_dump(mode="json")
     data["name"] = f"{cfg.name}-single"
-    data["agents"] = [learner.model_dump(mode="json")]
-    data["environment"] = {**data["environment"], "seats": [learner.name], "rounds": 1}
+    if env.spec.evaluation == "discussion":  # alone: one seat, one round
+        data["agents"] = [cfg.agent(learner).model_dump(mode="json")]
+        data["environment"] = {**data["environment"], "seats": [learner], "rounds": 1}
+    elif env.name == "code_debug":  # the fixer alone, repairing the bug list's code
+        if env.options.mode != "pair":
+            raise CompareInputError("environment.code_debug.mode: 'fixer' is already the "
+                                    "single-agent reading; compare starts from a pair config")
+        data["agents"] = [cfg.agent(learner).model_dump(mode="json")]
+        data["context_agents"] = {}
+        data["environment"] = {**data["environment"], "seats": [learner],
+                               "code_debug": {**data["environment"]["code_debug"],
+                                              "mode": "fixer"}}
+    else:  # the config as written: the learner among scripted partners
+        if not any(s.startswith(CONTEXT_PREFIX) for s in env.seats):
+            raise CompareInputError(
+                f"environment.seats: {env.seats}: compare's single-agent arm trains the learner "
+                f"against scripted partners, and no seat holds one (seat a context agent, "
+                f"'{CONTEXT_PREFIX}<name>', beside '{learner}')")
+        if len(cfg.trainable_agents) > 1:
+            raise CompareInputError(
+                f"agents: {[a.name for a in cfg.trainable_agents]} all train; compare's "
+                f"single-agent arm needs '{learner}' as the only learner, with scripted partners")
     return parse_config(data, "<single-agent arm>")
 
 
@@ -54,9 +100,30 @@ def with_budget(cfg: RunConfig, minutes: float | None, updates: int | None) -> R
 
 
 def multi_agent_config(cfg: RunConfig) -> RunConfig:
+    """The config as written, except in a context-seat env other than code_debug: there each
+    scripted seat is taken by a learning copy of the learner (``<learner>-peer``, its own
+    adapter, the same settings and warm start)."""
     data = cfg.model_dump(mode="json")
     data["name"] = f"{cfg.name}-multi"
+    env = cfg.environment
+    if env.spec.evaluation != "discussion" and env.name != "code_debug":
+        learner = cfg.agent(compared_learner(cfg))
+        peer = {**learner.model_dump(mode="json"), "name": f"{learner.name}{PEER_SUFFIX}"}
+        data["agents"] = [*data["agents"], peer]
+        data["environment"] = {**data["environment"], "seats": [
+            peer["name"] if s.startswith(CONTEXT_PREFIX) else s for s in env.seats]}
     return parse_config(data, "<multi-agent arm>")
+
+
+def arm_configs(cfg: RunConfig) -> list[tuple[str, RunConfig]]:
+    """[("single-agent", ...), ("multi-agent", ...)]; CompareInputError if the env has no
+    single-agent reading."""
+    if cfg.environment.spec.evaluation in (None, "round_robin", "duplicate"):
+        raise CompareInputError(
+            f"environment.name: {cfg.environment.name} is a game against bots and itself; "
+            "compare needs a discussion or an env with scripted partners (negotiation, story, "
+            "code_debug)")
+    return [("single-agent", single_agent_config(cfg)), ("multi-agent", multi_agent_config(cfg))]
 
 
 @dataclass
@@ -128,18 +195,25 @@ def evaluate_discussion(cfg: RunConfig, adapters: dict[str, str], limit: int | N
 
 @dataclass
 class ArmResult:
+    """One arm: its run folder and its learner's held-out scores before and after training
+    (``DiscussionResult.as_dict()`` for a discussion, else ``agora eval``'s metrics of the
+    learner: deals, utility, tests passed, ...)."""
+
     label: str
     run_dir: Path
-    before: DiscussionResult
-    after: DiscussionResult
+    before: dict
+    after: dict
+    evaluation: str = "discussion"  # or "episodes"
+    eval_dir: Path | None = None
 
     def updates(self) -> int:
         """PPO updates the arm's run made (its metrics log has one row per update)."""
         path = self.run_dir / "metrics.jsonl"
         return len(path.read_text().splitlines()) if path.is_file() else 0
 
-    def curve(self, agent: str) -> list[tuple[float, float]]:
-        """(minutes, last-round training accuracy over the last 100 episodes) per update."""
+    def curve(self, agent: str, key: str = "accuracy_last") -> list[tuple[float, float]]:
+        """(minutes, the learner's training ``key`` over its last 100 episodes) per update:
+        a discussion's last-round accuracy, else its reward."""
         path = self.run_dir / "metrics.jsonl"
         if not path.is_file():
             return []
@@ -147,17 +221,43 @@ class ArmResult:
         for line in path.read_text().splitlines():
             row = json.loads(line)
             stats = row["agents"].get(agent, {})
-            if "accuracy_last" in stats:
-                points.append((row["elapsed_s"] / 60, stats["accuracy_last"]))
+            if key in stats:
+                points.append((row["elapsed_s"] / 60, stats[key]))
         return points
 
+    def summary(self, learner: str) -> dict:
+        """The arm's entry of compare.json."""
+        key = "accuracy_last" if self.evaluation == "discussion" else "reward_mean"
+        return {"run_dir": str(self.run_dir), "updates": self.updates(),
+                "evaluation": self.evaluation, "learner": learner,
+                **({"eval_dir": str(self.eval_dir)} if self.eval_dir else {}),
+                "before": self.before, "after": self.after, "curve_metric": key,
+                "curve": self.curve(learner, key)}
 
-def evaluate_arm(cfg: RunConfig, tasks: int | None) -> tuple[DiscussionResult, DiscussionResult]:
-    """(base model, trained adapters) on the held-out tasks; the servers must be up."""
+
+def evaluate_arm(cfg: RunConfig, tasks: int | None) -> tuple[dict, dict]:
+    """A discussion arm's (base model, trained adapters) on the held-out tasks; the servers
+    must be up."""
     seats = list(dict.fromkeys(cfg.environment.seats))
     before = evaluate_discussion(cfg, {a: SERVED_BASE_NAME for a in seats}, limit=tasks)
     after = evaluate_discussion(cfg, {a: a for a in seats}, limit=tasks)
-    return before, after
+    return before.as_dict(), after.as_dict()
+
+
+def evaluate_episodes_arm(evaluation_cfg: RunConfig, run_dir: Path, learner: str,
+                          options: EvalOptions) -> tuple[dict, dict, Path]:
+    """The learner's v0 (before) and latest version (after) of the arm in ``run_dir``, played
+    by ``agora eval``'s episodes evaluation on ``evaluation_cfg`` (the config as written, the
+    same for both arms); returns (before, after, the evaluation's folder)."""
+    versions = run_versions(run_dir, learner)
+    if not versions:
+        raise EvalInputError(f"{run_dir}: the arm published no adapter of '{learner}'")
+    target = EvalTarget(cfg=evaluation_cfg, kind="run", source=run_dir, run_dir=run_dir,
+                        versions={learner: versions})
+    report, out_dir = run_evaluation(target, options)
+    policies = report["sections"]["episodes"]["policies"]
+    return (policies["baseline"]["agents"][learner], policies["evaluated"]["agents"][learner],
+            out_dir)
 
 
 def sample_curve(points: list[tuple[float, float]], count: int = 6) -> list[tuple[float, float]]:

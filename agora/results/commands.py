@@ -60,7 +60,8 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
             "compare", config, "--run-id", exp.name,
             *(["--minutes", f"{exp.minutes:g}"] if exp.minutes else []),
             *(["--updates", str(exp.updates)] if exp.updates else []),
-            *(["--tasks", str(exp.tasks)] if exp.tasks else []), *_sets(sets)])]
+            *(["--tasks", str(exp.tasks)] if exp.tasks else []),
+            *(["--games", str(exp.games)] if exp.games else []), *_sets(sets)])]
     minutes = [f"trainer.max_minutes={exp.minutes:g}"] if exp.minutes else []
     return [
         *out,

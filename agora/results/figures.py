@@ -110,11 +110,23 @@ def _score(row: dict | None) -> Estimate | None:
 
 
 def compare_figures(compare_json: Path) -> list[Figure]:
-    """``agora compare``'s arms: held-out accuracy at turn 1 and at the last turn, base model
-    (before) and trained (after); the single-agent arm answers once, so its two are one."""
+    """``agora compare``'s arms: for a discussion, held-out accuracy at turn 1 and at the last
+    turn, base model (before) and trained (after; the single-agent arm answers once, so its two
+    are one); for other envs, each of the learner's metrics, v0 (before) and latest (after)."""
     arms = _read(compare_json)
     figures = []
     for arm, result in arms.items():
+        if result.get("evaluation") == "episodes":
+            for key, raw in result["after"].items():
+                after = Estimate.of(raw)
+                if after is None or key == "success":  # success repeats the env's metric
+                    continue
+                share = key != "reward" and (after.hi is None or after.hi <= 1.0)
+                figures.append(Figure(f"{arm}: {key}", Estimate.of(result["before"].get(key)),
+                                      after, share))
+            figures.append(Figure(f"{arm}: updates", None, Estimate(float(result["updates"])),
+                                  share=False))
+            continue
         rounds = [("last turn", "last")]
         if len(result["after"].get("accuracy_by_round", [])) > 1:
             rounds.insert(0, ("turn 1", "turn1"))

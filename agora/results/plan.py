@@ -100,7 +100,8 @@ class Experiment(BaseModel):
     warm_start: WarmStart | None = None
     # Start PPO from an earlier experiment's warm start (its SFT adapter) instead of making
     # one: variants of one recipe (another advantage, no KL term) then differ in PPO only,
-    # and skip the SFT (17 minutes for negotiation on 2 cores).
+    # and skip the SFT (17 minutes for negotiation on 2 cores). In a compare both arms start
+    # from it (the multi-agent arm's learning peer is a copy of the learner).
     warm_start_from: str | None = Field(None, pattern=NAME)
     overrides: list[str] = Field(default_factory=list, description="--set KEY=VALUE")
     targets: list[str] = Field(default_factory=list, description="'FIGURE OP BOUND'")
@@ -128,9 +129,8 @@ class Experiment(BaseModel):
         if self.warm_start_from is not None:
             if self.warm_start is not None:
                 raise ValueError("warm_start_from: give warm_start or warm_start_from, not both")
-            if self.kind not in ("demo", "train_eval"):
-                raise ValueError("warm_start_from: only demo and train_eval experiments "
-                                 "warm-start")
+            if self.kind == "reflect":
+                raise ValueError("warm_start_from: reflect runs its config's own stages")
         return self
 
 

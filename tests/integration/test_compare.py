@@ -1,6 +1,6 @@
-"""`agora compare`: how the two arms are derived from one config, their budgets, and the CLI's
-refusals. (Each arm is an ordinary `agora up` run plus a held-out discussion evaluation; both
-are tested end to end in test_multiagent_stack.py and test_eval_cli.py.)"""
+"""`agora compare`: how the two arms are derived from one config for each env, their budgets,
+and the CLI's refusals. The whole command on tiny-random (two arms trained, each evaluated) is
+tests/e2e/test_compare_cli.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from agora.cli.main import app
-from agora.evaluation.compare import ArmResult, multi_agent_config, single_agent_config, with_budget
+from agora.evaluation.compare import (
+    ArmResult,
+    CompareInputError,
+    arm_configs,
+    multi_agent_config,
+    single_agent_config,
+    with_budget,
+)
 from tests.stack_helpers import tiny_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,11 +70,11 @@ def test_arm_reads_its_updates_and_curve_from_the_run_log(tmp_path):
     rows = [{"update": i, "elapsed_s": 30.0 * i,
              "agents": {"alice": {"accuracy_last": 0.1 * i}, "bob": {}}} for i in (1, 2, 3)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    arm = ArmResult("multi-agent", tmp_path, before=None, after=None)
+    arm = ArmResult("multi-agent", tmp_path, before={}, after={})
     assert arm.updates() == 3
     assert arm.curve("alice") == [(0.5, 0.1), (1.0, 0.2), (1.5, pytest.approx(0.3))]
     assert arm.curve("bob") == []
-    assert ArmResult("x", tmp_path / "none", None, None).updates() == 0
+    assert ArmResult("x", tmp_path / "none", {}, {}).updates() == 0
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -82,8 +89,59 @@ def test_cli_refuses_bad_budgets_before_starting_anything(tmp_path, args, messag
     assert not (tmp_path / "runs").exists()
 
 
-def test_cli_refuses_a_config_that_is_not_a_discussion(tmp_path):
+def negotiation_config(**extra):
+    return tiny_config(
+        agents=[_agent("alice")],
+        context_agents={"partner": {"cycle": ["fair", "greedy"], "every": 2}},
+        environment={"name": "negotiation", "seats": ["alice", "context:partner"],
+                     "prefill": "", "opponents": {"self": 1.0}}, **extra)
+
+
+def test_negotiation_arms_are_scripted_partners_vs_a_learning_peer():
+    cfg = negotiation_config()
+    (label_s, single), (label_m, multi) = arm_configs(cfg)
+    assert (label_s, label_m) == ("single-agent", "multi-agent")
+    # Alone: the config as written, the learner against the scripted partner.
+    assert single.environment.seats == ["alice", "context:partner"]
+    assert [a.name for a in single.trainable_agents] == ["alice"]
+    # Together: the scripted seat is a learning copy of alice, same settings, own adapter.
+    assert multi.environment.seats == ["alice", "alice-peer"]
+    assert [a.name for a in multi.trainable_agents] == ["alice", "alice-peer"]
+    peer = multi.agent("alice-peer")
+    assert peer.model_dump(exclude={"name"}) == cfg.agent("alice").model_dump(exclude={"name"})
+    assert multi.learner == "alice" and single.ppo == multi.ppo == cfg.ppo
+
+
+def test_code_debug_single_arm_is_the_fixer_alone_on_the_bug_list():
+    cfg = tiny_config(
+        agents=[_agent("fixer")],
+        context_agents={"author": {"strategy": "buggy_author"}},
+        environment={"name": "code_debug", "seats": ["context:author", "fixer"],
+                     "prefill": "", "opponents": {"self": 1.0},
+                     "code_debug": {"mode": "pair"}},
+        reward={"verifier": "code_tests"})
+    single, multi = (c for _, c in arm_configs(cfg))
+    assert single.environment.seats == ["fixer"]
+    assert single.environment.code_debug.mode == "fixer" and not single.context_agents
+    assert multi.environment.seats == ["context:author", "fixer"]
+    assert multi.environment.code_debug.mode == "pair"
+
+
+@pytest.mark.parametrize(("cfg", "message"), [
+    (tiny_config(), "tictactoe is a game against bots"),
+    (tiny_config(agents=[_agent("alice"), _agent("bob")],
+                 environment={"name": "negotiation", "seats": ["alice", "bob"], "prefill": "",
+                              "opponents": {"self": 1.0}}),
+     "no seat holds one"),
+], ids=["game", "no-scripted-partner"])
+def test_envs_without_a_single_agent_reading_are_refused(cfg, message):
+    with pytest.raises(CompareInputError, match=message):
+        arm_configs(cfg)
+
+
+def test_cli_refuses_a_config_without_a_single_agent_reading(tmp_path):
     path = write_config(tiny_config(), tmp_path / "ttt.yaml")
     result = CliRunner().invoke(app, ["compare", str(path), "--updates", "1"])
     assert result.exit_code == 2
-    assert "environment.name: compare needs a discussion" in result.output
+    assert "environment.name: tictactoe is a game against bots" in result.output
+    assert not (tmp_path / "runs").exists()

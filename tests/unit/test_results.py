@@ -96,6 +96,13 @@ def test_a_variant_starts_from_an_earlier_experiments_warm_start(tmp_path):
     train, evaluate = steps(plan.experiments[1], runs := tmp_path / "runs")  # no SFT of its own
     assert train.args[0] == "up" and f"agents.0.init_adapter={runs / 'n-sft'}" in train.args
     assert evaluate.args[0] == "eval"
+    # A compare from the same SFT: both arms' learner (and the multi arm's peer, its copy).
+    versus = experiment(name="n-cmp", kind="compare", config=negotiation, updates=3, games=9,
+                        warm_start_from="n")
+    (arms,) = steps(load_plan(write_plan(tmp_path, first, versus)).experiments[1], runs)
+    assert arms.args[:2] == ["compare", negotiation]
+    assert f"agents.0.init_adapter={runs / 'n-sft'}" in arms.args
+    assert arms.args[arms.args.index("--games") + 1] == "9"
     for bad, message in (
             ([variant, first], "'n' is no earlier experiment with a warm_start"),
             ([{**first, "warm_start": None}, variant], "no earlier experiment"),
@@ -225,6 +232,30 @@ def test_compare_figures_per_arm_and_round(tmp_path):
     verdict = check(Target.parse("multi-agent: last turn > single-agent: last turn"),
                     list(figures.values()))
     assert verdict["met"] and verdict["bound"] == 0.3
+
+
+def test_compare_figures_of_an_episodes_env_are_the_learners_metrics(tmp_path):
+    """A negotiation compare's arms: agora eval's metrics of the learner, v0 and latest."""
+    def metrics(deals: int, reward: float) -> dict:
+        return {"reward": {"mean": reward, "n": 20, "ci95": [reward - 0.1, reward + 0.1]},
+                "legal_rate": 1.0, "deal_rate": {"rate": deals / 20, "n": 20, "ci95": [0, 1]},
+                "success": {"rate": deals / 20, "n": 20, "ci95": [0, 1]}}
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps({
+        arm: {"updates": updates, "evaluation": "episodes", "before": metrics(5, 0.1),
+              "after": metrics(deals, 0.4)}
+        for arm, updates, deals in (("single-agent", 6, 10), ("multi-agent", 4, 15))}))
+    figures = {f.name: f for f in compare_figures(path)}
+    assert set(figures) == {f"{arm}: {key}" for arm in ("single-agent", "multi-agent")
+                            for key in ("reward", "legal_rate", "deal_rate", "updates")}
+    deals = figures["multi-agent: deal_rate"]
+    assert (deals.before.value, deals.after.value, deals.after.n) == (0.25, 0.75, 20)
+    assert not figures["single-agent: reward"].share and figures["single-agent: deal_rate"].share
+    assert figures["single-agent: updates"].after.value == 6
+    verdict = check(Target.parse("multi-agent: deal_rate > single-agent: deal_rate"),
+                    list(figures.values()))
+    # Met on the values (0.75 > 0.5), not clear of the intervals ([0, 1] both).
+    assert verdict["met"] is True and verdict["bound"] == 0.5 and verdict["clear"] is False
 
 
 def test_the_learner_summary_and_curve_read_metrics_rows(tmp_path):
