@@ -327,7 +327,7 @@ def compare(
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Train the learner without and with learning partners, same budget; print curves and
-    held-out scores (which arms each env has: agora/evaluation/compare.py)."""
+    held-out scores (which arms each env has: docs/evaluation.md)."""
     from agora.evaluation import EvalInputError, EvalOptions
     from agora.evaluation.compare import (
         ArmResult,
