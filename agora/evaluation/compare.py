@@ -118,11 +118,12 @@ def multi_agent_config(cfg: RunConfig) -> RunConfig:
 def arm_configs(cfg: RunConfig) -> list[tuple[str, RunConfig]]:
     """[("single-agent", ...), ("multi-agent", ...)]; CompareInputError if the env has no
     single-agent reading."""
-    if cfg.environment.spec.evaluation in (None, "round_robin", "duplicate"):
+    spec = cfg.environment.spec
+    if spec.is_game or spec.evaluation is None:
+        what = "a game against bots and itself" if spec.is_game else "not evaluated"
         raise CompareInputError(
-            f"environment.name: {cfg.environment.name} is a game against bots and itself; "
-            "compare needs a discussion or an env with scripted partners (negotiation, story, "
-            "code_debug)")
+            f"environment.name: {cfg.environment.name} is {what}; compare needs a discussion "
+            "or an env with scripted partners (negotiation, story, code_debug)")
     return [("single-agent", single_agent_config(cfg)), ("multi-agent", multi_agent_config(cfg))]
 
 

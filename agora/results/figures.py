@@ -117,13 +117,7 @@ def compare_figures(compare_json: Path) -> list[Figure]:
     figures = []
     for arm, result in arms.items():
         if result.get("evaluation") == "episodes":
-            for key, raw in result["after"].items():
-                after = Estimate.of(raw)
-                if after is None or key == "success":  # success repeats the env's metric
-                    continue
-                share = key != "reward" and (after.hi is None or after.hi <= 1.0)
-                figures.append(Figure(f"{arm}: {key}", Estimate.of(result["before"].get(key)),
-                                      after, share))
+            figures += metric_figures(result["before"], result["after"], f"{arm}: ")
             figures.append(Figure(f"{arm}: updates", None, Estimate(float(result["updates"])),
                                   share=False))
             continue
@@ -143,6 +137,19 @@ def _accuracy(result: dict, key: str) -> Estimate:
     return Estimate(float(result[key]), ci[0], ci[1], result.get("answers"))
 
 
+def metric_figures(before: dict, after: dict, prefix: str = "") -> list[Figure]:
+    """One figure per metric of ``agora eval``'s per-agent metrics (before = v0, after =
+    latest); ``success`` is left out, it repeats the env's success metric."""
+    figures = []
+    for key, raw in after.items():
+        estimate = Estimate.of(raw)
+        if estimate is None or key == "success":
+            continue
+        share = key != "reward" and (estimate.hi is None or estimate.hi <= 1.0)
+        figures.append(Figure(f"{prefix}{key}", Estimate.of(before.get(key)), estimate, share))
+    return figures
+
+
 def train_eval_figures(eval_json: Path) -> list[Figure]:
     """``agora eval``'s episodes section: each agent's metrics, latest vs v0, and the judge's
     preference for the latest (after; 0.5 is no preference)."""
@@ -152,14 +159,8 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
     several = len(evaluated) > 1
     figures = []
     for agent, metrics in evaluated.items():
-        for key, raw in metrics.items():
-            after = Estimate.of(raw)
-            if after is None or key == "success":  # success repeats the env's success metric
-                continue
-            name = f"{agent}: {key}" if several else key
-            share = key != "reward" and (after.hi is None or after.hi <= 1.0)
-            figures.append(Figure(name, Estimate.of(baseline.get(agent, {}).get(key)), after,
-                                  share))
+        figures += metric_figures(baseline.get(agent, {}), metrics,
+                                  f"{agent}: " if several else "")
     if "preference" in section:
         figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5),
                               Estimate.of(section["preference"]["preference"])))
