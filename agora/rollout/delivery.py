@@ -9,7 +9,9 @@ of 55 never arrived after a worker was SIGKILLed. So the trainer keeps what it s
 finished (in the stream, or given up on) nor anywhere in the broker (the queue's lists or the
 unacked hash). One missing from two looks in a row was lost: it is sent again under the same id
 (should a copy still run somewhere, ``append_once`` drops the second). After ``max_sends`` the
-episode is counted as failed, so the trainer stops waiting for it.
+episode is counted as failed, so the trainer stops waiting for it. A trainer killed between
+recording new episodes and publishing them leaves the same kind of entry: its resumed self sends
+those at once (``send_unpublished``).
 """
 
 from __future__ import annotations
@@ -58,13 +60,22 @@ class Delivery:
         self.missing_before: set[str] = set()
         self.checked_at = float("-inf")
 
+    def send_new(self, payloads: list[dict], last_index: int) -> None:
+        """Record new episodes (and the last index handed out), then publish them. Recorded
+        first: a trainer killed in between leaves entries that the next look finds missing
+        from the broker and sends."""
+        self.stream.enqueue(payloads, last_index)
+        for payload in payloads:
+            self._publish(payload)
+
     def send(self, payload: dict, sends: int = 1) -> None:
-        """Record, then publish (recorded first: a trainer killed in between leaves an entry
-        that the next look finds missing and sends)."""
-        episode_id = payload["episode_id"]
-        self.stream.record_sent(episode_id, payload, sends)
+        """Send an episode again: record the send, then publish under the same id."""
+        self.stream.record_sent(payload["episode_id"], payload, sends)
+        self._publish(payload)
+
+    def _publish(self, payload: dict) -> None:
         self.celery.send_task(self.task_name, args=[payload], queue=self.queue,
-                              task_id=episode_id)
+                              task_id=payload["episode_id"])
 
     def resend_lost(self) -> list[str]:
         """Send again the episodes missing from the broker in this look and the last one;
@@ -77,15 +88,31 @@ class Delivery:
         missing = set(unfinished) - broker_task_ids(self.stream.r, self.queue)
         lost = sorted(missing & self.missing_before)
         self.missing_before = missing - set(lost)
-        for episode_id in lost:
+        self._send_again(lost, unfinished, "was lost by the broker (a worker killed as it took "
+                         "the task)")
+        return lost
+
+    def send_unpublished(self) -> list[str]:
+        """On --resume: send at once every recorded episode that is neither finished nor in the
+        broker; returns their ids. A trainer killed between ``send_new``'s record and its
+        publish leaves such episodes, and the trainer may finish its budget before two looks
+        of ``resend_lost`` find them. A copy a worker took in that same instant is harmless:
+        ``append_once`` drops the second."""
+        unfinished = self.stream.unfinished_sent()
+        missing = sorted(set(unfinished) - broker_task_ids(self.stream.r, self.queue))
+        self._send_again(missing, unfinished, "was recorded but not published (the trainer "
+                         "was killed)")
+        return missing
+
+    def _send_again(self, episode_ids: list[str], unfinished: dict[str, dict], why: str
+                    ) -> None:
+        for episode_id in episode_ids:
             entry = unfinished[episode_id]
             if entry["sends"] >= self.max_sends:
                 log.error("episode %s was lost %d times: counted as failed", episode_id,
                           entry["sends"])
                 self.stream.mark_failed(episode_id)
                 continue
-            log.warning("episode %s was lost by the broker (a worker killed as it took the "
-                        "task): sending it again", episode_id)
+            log.warning("episode %s %s: sending it again", episode_id, why)
             ROLLOUT_RESENT.inc()
             self.send(entry["payload"], entry["sends"] + 1)
-        return lost

@@ -28,6 +28,38 @@ end
 return false
 """
 
+# The trainer's enqueue, in one idempotent step: redis-py re-sends a command whose reply a Redis
+# restart cut off, so every write here must be a no-op the second time. Each episode is recorded
+# as sent (HSETNX: once) and counted as enqueued only when that record is new; the last index
+# handed out only ever rises. KEYS: sent, episodes_enqueued, episode_index. ARGV: the last
+# index, then episode id and sent entry pairs.
+_ENQUEUE_ONCE = """
+local added = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
+    added = added + 1
+  end
+end
+if added > 0 then
+  redis.call('INCRBY', KEYS[2], added)
+end
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
+if tonumber(ARGV[1]) > last then
+  redis.call('SET', KEYS[3], ARGV[1])
+end
+return added
+"""
+
+# Giving up on an episode, once per id however often it is re-sent or reported (the worker's
+# last retry and the trainer's lost-task check can both give up on the same episode).
+_FAIL_ONCE = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
+  redis.call('INCR', KEYS[2])
+  return 1
+end
+return 0
+"""
+
 
 @dataclass(frozen=True)
 class RunKeys:
@@ -62,14 +94,15 @@ class RunKeys:
 
     @property
     def episodes_enqueued(self) -> str:
-        """Episodes published to the queue (counted after the publish succeeded)."""
+        """Episodes recorded as sent (counted once each, in the step that records them, before
+        they are published: one the broker never got is sent again from the ``sent`` hash)."""
         return f"agora:{self.run_id}:episodes_enqueued"
 
     @property
     def episode_index(self) -> str:
-        """The last episode index handed out (reserved before publishing, so ids stay unique
-        even when a trainer dies between reserving and publishing: that leaves a gap, not a
-        phantom episode that ``outstanding`` would wait for forever)."""
+        """The last episode index handed out: written in the same step that records those
+        episodes as sent (``EpisodeStream.enqueue``), so the ids in a run have no gaps and a
+        resumed trainer goes on from here."""
         return f"agora:{self.run_id}:episode_index"
 
     @property
@@ -92,6 +125,8 @@ class EpisodeStream:
         self.r = client
         self.keys = RunKeys(run_id)
         self._append = self.r.register_script(_APPEND_ONCE)
+        self._enqueue = self.r.register_script(_ENQUEUE_ONCE)
+        self._fail = self.r.register_script(_FAIL_ONCE)
 
     # --- workers ---------------------------------------------------------------------------
     def append_once(self, record: EpisodeRecord) -> bool:
@@ -102,19 +137,37 @@ class EpisodeStream:
         )
         return bool(added)
 
-    def mark_failed(self, episode_id: str | None = None) -> None:
-        """Count an episode given up on, so ``outstanding()`` stops waiting for it."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.incr(self.keys.episodes_failed)
-        if episode_id is not None:
-            pipe.sadd(self.keys.failed_ids, episode_id)
-        pipe.execute()
+    def mark_failed(self, episode_id: str | None = None) -> bool:
+        """Count an episode given up on, so ``outstanding()`` stops waiting for it: once per
+        id (True if counted now). A payload without an id (never sent by a trainer of ours)
+        is counted each time."""
+        if episode_id is None:
+            self.r.incr(self.keys.episodes_failed)
+            return True
+        return bool(self._fail(keys=[self.keys.failed_ids, self.keys.episodes_failed],
+                               args=[episode_id]))
 
     def has_episode(self, episode_id: str) -> bool:
         return bool(self.r.sismember(self.keys.episode_ids, episode_id))
 
     # --- trainer ---------------------------------------------------------------------------
+    def last_episode_index(self) -> int:
+        """The last index ``enqueue`` handed out in this run (0 before the first)."""
+        return int(self.r.get(self.keys.episode_index) or 0)
+
+    def enqueue(self, payloads: list[dict], last_index: int) -> int:
+        """Record new episodes as sent and count them as enqueued, and move the last index
+        handed out to ``last_index``: one atomic step that a re-send cannot apply twice.
+        Returns how many were new."""
+        args: list[str | int] = [last_index]
+        for payload in payloads:
+            args += [payload["episode_id"], json.dumps({"payload": payload, "sends": 1})]
+        return int(self._enqueue(
+            keys=[self.keys.sent, self.keys.episodes_enqueued, self.keys.episode_index],
+            args=args))
+
     def record_sent(self, episode_id: str, payload: dict, sends: int = 1) -> None:
+        """Record a send again (a resend: ``sends`` counts them); counts nothing."""
         self.r.hset(self.keys.sent, episode_id, json.dumps({"payload": payload, "sends": sends}))
 
     def unfinished_sent(self) -> dict[str, dict]:

@@ -8,11 +8,13 @@ for every command, pipeline and Lua script, so nothing here is hand-written retr
 module only picks a budget long enough for a restart, where redis-py's default (10 quick
 retries, a few seconds) would turn a restart into a crashed trainer.
 
-Re-sending is safe for what agora sends: SET, XACK, SADD and the append-once script are
-idempotent by construction. Two commands are not, in the microsecond window where Redis ran a
-command and was killed before replying: a re-sent ``INCR`` of the enqueue counter skips an
-episode index (no episode carries it), and a re-sent ``XREADGROUP >`` leaves the first read's
-entries pending for the trainer (they are read again on ``--resume``, never twice).
+Re-sending is safe for what agora writes, because Redis may have run a command and been killed
+before replying: SET, XACK and SADD are idempotent, and the three counting steps are Lua scripts
+that count only what they add (append-once, enqueue-once and fail-once in
+agora/rollout/stream.py), so no counter or episode index is ever bumped twice. One read is not:
+a re-sent ``XREADGROUP >`` leaves the first read's entries pending for the trainer (they are read
+again on ``--resume``, never twice). Per-episode rollout statistics (HINCRBY) may count one
+episode twice across a restart; they feed dashboards, not the trainer.
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ class EpisodeFeed:
         # pending in the stream (unacked), so a --resume reads them again.
         self.held: dict[str, list[tuple[str, EpisodeRecord]]] = {}
         self.held_since: dict[str, float] = {}
+        # The last episode index handed out, kept here and written to Redis only with the
+        # episodes it numbers (a re-sent INCR would skip an index); read back on (re)start.
+        self.last_index: int | None = None
 
     def load_training_tasks(self) -> None:
         if self.cfg.environment.task is not None:
@@ -73,9 +76,11 @@ class EpisodeFeed:
             log.info("loaded %d training tasks", len(self.tasks))
 
     def reread_pending(self) -> int:
-        """On --resume: the entries delivered before the crash and never acked come first;
-        returns how many."""
+        """On --resume: the entries delivered before the crash and never acked come first
+        (returns how many), and episodes the dead trainer recorded but never published are
+        published now."""
         self.backlog = self.stream.read_pending()
+        self.delivery.send_unpublished()
         return len(self.backlog)
 
     def top_up(self) -> None:
@@ -89,17 +94,17 @@ class EpisodeFeed:
         while want > 0:
             # A group of ``group_size`` episodes (1 without grouping), sent together so they
             # land in one batch: the same seed, task, opponent and seat, each its own id.
-            last = int(self.r.incrby(self.stream.keys.episode_index, size))
-            first = last - size + 1
+            if self.last_index is None:
+                self.last_index = self.stream.last_episode_index()
+            first = self.last_index + 1
             task = self.rng.choice(self.tasks) if self.tasks else None
             payload = episode_payload(self.cfg, self.run_id, first, self.rng, self.redis_url,
                                       task, self.draw_snapshots)
-            for member in range(size):
-                episode = dict(payload) if size == 1 else {
-                    **payload, "episode_id": f"{self.run_id}-{first + member:08d}",
-                    "group": f"{first}"}
-                self.delivery.send(episode)
-            self.r.incr(self.stream.keys.episodes_enqueued, size)
+            group = [dict(payload)] if size == 1 else [
+                {**payload, "episode_id": f"{self.run_id}-{first + member:08d}",
+                 "group": f"{first}"} for member in range(size)]
+            self.delivery.send_new(group, last_index=first + size - 1)
+            self.last_index = first + size - 1
             want -= size
 
     def collect(self, versions: Mapping[str, int],

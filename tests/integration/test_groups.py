@@ -101,3 +101,20 @@ def test_a_group_joins_a_batch_whole_and_a_late_one_is_released_as_it_is(redis_u
     assert sorted(t.group for t in got.turns["player"]) == ["a/O/1", "a/O/1", "a/X/1", "a/X/1",
                                                             "b/O/1", "b/X/1"]
     redis.Redis.from_url(redis_url).delete(queue)
+
+
+def test_a_restarted_feed_numbers_on_from_the_run_without_a_gap(redis_url):
+    """The feed keeps the last episode index itself and writes it with the episodes it
+    numbers; a trainer started again on the run (--resume) reads it back."""
+    feed, stream, queue = _feed(redis_url)
+    feed.top_up()
+    run_id = feed.run_id
+    for n in (1, 2):  # two finished for good: room for two more
+        stream.mark_failed(f"{run_id}-{n:08d}")
+    again = EpisodeFeed(feed.cfg, run_id, redis_url, feed.r, stream)
+    again.delivery = Delivery(stream, again.celery, TASK_NAME, queue)
+    again.top_up()
+    assert sorted(stream.unfinished_sent()) == [f"{run_id}-{n:08d}" for n in range(3, 9)]
+    assert stream.last_episode_index() == 8
+    assert redis.Redis.from_url(redis_url).get(stream.keys.episodes_enqueued) == b"8"
+    redis.Redis.from_url(redis_url).delete(queue)

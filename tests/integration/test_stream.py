@@ -76,3 +76,50 @@ def test_an_episode_the_broker_lost_is_sent_again_and_given_up_after_max_sends(r
     assert client.sismember(stream.keys.failed_ids, f"{run_id}-0")
     assert set(stream.unfinished_sent()) == {f"{run_id}-2"}
     client.delete(queue)
+
+
+def test_enqueue_and_give_up_count_once_when_redis_py_sends_them_again(redis_url):
+    """A Redis killed after running a command but before replying gets the command again from
+    redis-py's retry: enqueueing the same episodes twice, or giving up on one twice (the
+    worker's last retry and the trainer's lost-task check), must count once and leave no gap
+    in the episode indices."""
+    run_id = f"once-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    stream = EpisodeStream(client, run_id)
+    assert stream.last_episode_index() == 0
+    group = [{"episode_id": f"{run_id}-{n:08d}", "n": n} for n in (1, 2)]
+    assert stream.enqueue(group, last_index=2) == 2
+    assert stream.enqueue(group, last_index=2) == 0  # the re-sent script adds nothing
+    assert client.get(stream.keys.episodes_enqueued) == b"2"
+    assert stream.last_episode_index() == 2
+    assert stream.enqueue([{"episode_id": f"{run_id}-00000003", "n": 3}], last_index=3) == 1
+    assert stream.enqueue(group, last_index=2) == 0  # a late re-send never moves it back
+    assert stream.last_episode_index() == 3 and stream.outstanding() == 3
+    assert {k: v["sends"] for k, v in stream.unfinished_sent().items()} == {
+        f"{run_id}-{n:08d}": 1 for n in (1, 2, 3)}
+
+    assert stream.mark_failed(f"{run_id}-00000002") is True
+    assert stream.mark_failed(f"{run_id}-00000002") is False
+    assert client.get(stream.keys.episodes_failed) == b"1" and stream.outstanding() == 2
+    assert set(stream.unfinished_sent()) == {f"{run_id}-00000001", f"{run_id}-00000003"}
+
+
+def test_a_resumed_trainer_publishes_what_its_killed_self_recorded_but_never_sent(redis_url):
+    run_id = f"unpub-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    stream = EpisodeStream(client, run_id)
+    queue = f"rollouts-{run_id}"
+    delivery = Delivery(stream, make_celery(redis_url), TASK_NAME, queue, check_every_s=0)
+    delivery.send_new([{"episode_id": f"{run_id}-1", "run_id": run_id}], last_index=1)
+    # Killed after recording 2 and 3, before publishing them; 3 was played anyway (a copy).
+    stream.enqueue([{"episode_id": f"{run_id}-{n}", "run_id": run_id} for n in (2, 3)], 3)
+    assert stream.append_once(_record(run_id, 3).model_copy(update={"episode_id": f"{run_id}-3"}))
+    assert broker_task_ids(client, queue) == {f"{run_id}-1"}
+
+    resumed = Delivery(stream, make_celery(redis_url), TASK_NAME, queue, check_every_s=0)
+    assert resumed.send_unpublished() == [f"{run_id}-2"]  # at once, no second look
+    assert broker_task_ids(client, queue) == {f"{run_id}-1", f"{run_id}-2"}
+    assert stream.unfinished_sent()[f"{run_id}-2"]["sends"] == 2
+    assert resumed.send_unpublished() == []  # now in the broker: nothing twice
+    assert client.get(stream.keys.episodes_enqueued) == b"3"
+    client.delete(queue)
