@@ -116,7 +116,8 @@ def progress_table(stack: Stack, started: float) -> Table:
             columns["pool Elo"] = "pool_elo"
         if int(stats.get("judge_requests", 0)):
             table.caption += (f"  |  judge calls {stats['judge_requests']} "
-                              f"({stats.get('judge_malformed', 0)} malformed)")
+                              f"({stats.get('judge_malformed', 0)} malformed, "
+                              f"{stats.get('judge_position_bias', 0)} position-biased)")
     else:
         columns = {"version": "policy_version", "reward": "reward_mean", "legal": "legal_rate",
                    "win vs random": "win_rate", "KL": "kl", "update s": "update_s"}

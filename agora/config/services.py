@@ -56,6 +56,9 @@ class JudgeConfig(StrictModel):
     model: str | None = None
     base_url: str | None = None
     served_model: str = Field("base", description="model name to ask for at base_url")
+    # The judge model reasons before its verdict; a small local model on a CPU pays for every
+    # token of it, in every judged turn.
+    max_tokens: int = Field(512, ge=1, description="generation budget per judge model call")
 
 
 class EvalConfig(StrictModel):

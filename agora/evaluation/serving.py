@@ -31,6 +31,7 @@ import httpx
 
 from agora.config.run import RunConfig
 from agora.evaluation.target import EvalInputError, Version
+from agora.judge.settings import service_env as judge_service_env
 from agora.serving.client import PolicyAdmin, PolicyServerError, PolicyUnavailable
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
@@ -202,12 +203,7 @@ class EvalServices:
     def _judge_env(cfg: RunConfig) -> dict[str, str]:
         """As the launcher's (Stack.judge_env), without a Redis cache: one evaluation asks
         each question once."""
-        env = {"AGORA_JUDGE_BACKEND": cfg.judge.backend, "REDIS_URL": ""}
-        if (url := cfg.judge_model_url()) is not None:
-            env["AGORA_JUDGE_BASE_URL"] = url
-            env["AGORA_JUDGE_MODEL"] = (cfg.judge.served_model if cfg.judge.base_url
-                                        else SERVED_BASE_NAME)
-        return env
+        return judge_service_env(cfg, redis_url="")
 
     def stop(self) -> None:
         """Unload what was loaded into servers we did not start; stop what we started."""

@@ -19,13 +19,16 @@ An empty variable counts as unset; a bad one stops the service with a ConfigErro
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from agora.judge.cache import DEFAULT_TTL_S
 from agora.stack.envvars import EnvSettings
+
+if TYPE_CHECKING:
+    from agora.config.run import RunConfig
 
 PREFIX = "AGORA_JUDGE_"
 
@@ -53,3 +56,17 @@ class JudgeSettings(EnvSettings):
                 f"http://127.0.0.1:8000/v1) and usually {PREFIX}MODEL"
             )
         return self
+
+
+def service_env(cfg: RunConfig, redis_url: str) -> dict[str, str]:
+    """The environment of a run's judge service (``agora up``'s and ``agora eval``'s): the run
+    config's ``judge`` section in the variables above. ``redis_url`` "" means no verdict cache."""
+    from agora.serving.vllm_server import SERVED_BASE_NAME
+
+    env = {f"{PREFIX}BACKEND": cfg.judge.backend, f"{PREFIX}MAX_TOKENS": str(cfg.judge.max_tokens),
+           "REDIS_URL": redis_url}
+    if (url := cfg.judge_model_url()) is not None:
+        env[f"{PREFIX}BASE_URL"] = url
+        # A judge on a policy server of the run asks for that server's base model.
+        env[f"{PREFIX}MODEL"] = cfg.judge.served_model if cfg.judge.base_url else SERVED_BASE_NAME
+    return env

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agora.evaluation.stats import wilson
+from agora.evaluation.stats import rate, wilson
 
 
 @dataclass(frozen=True)
@@ -162,9 +162,23 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
         figures += metric_figures(baseline.get(agent, {}), metrics,
                                   f"{agent}: " if several else "")
     if "preference" in section:
+        preference = section["preference"]
         figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5),
-                              Estimate.of(section["preference"]["preference"])))
+                              Estimate.of(preference["preference"])))
+        figures += judge_quality_figures(preference)
     return figures
+
+
+def judge_quality_figures(preference: dict) -> list[Figure]:
+    """How much of a judge model's preference is noise: the share of its comparisons whose two
+    orders disagreed (position bias) or said nothing parseable (malformed). Shown only when
+    there were any: the rubric backend has neither by construction."""
+    n = int(preference.get("comparisons", 0))
+    counts = {"judge verdicts position-biased": int(preference.get("position_bias", 0)),
+              "judge verdicts malformed": int(preference.get("malformed", 0))}
+    if not n or not any(counts.values()):
+        return []
+    return [Figure(name, None, Estimate.of(rate(count, n))) for name, count in counts.items()]
 
 
 def reflect_figures(eval_dir: Path) -> list[Figure]:

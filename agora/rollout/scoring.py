@@ -93,6 +93,9 @@ class JudgeClient:
     base_url: str
     requests: int = 0
     malformed: int = 0
+    # Pairwise verdicts whose two orders disagreed (the judge service then calls a tie): how
+    # much of an LLM judge's preference signal is the order of the candidates.
+    position_bias: int = 0
 
     @classmethod
     def of(cls, cfg: RunConfig) -> JudgeClient:
@@ -113,6 +116,8 @@ class JudgeClient:
         resp = self._post("/v1/judge/pairwise", body)
         if not resp["parsed_ok"]:
             self.malformed += 1
+        if resp.get("position_bias"):
+            self.position_bias += 1
         return float(resp["prob_a"])
 
     def _post(self, route: str, body: dict) -> dict:
@@ -121,7 +126,8 @@ class JudgeClient:
                          timeout_s=180.0)
 
     def tally(self) -> dict[str, int]:
-        return {"requests": self.requests, "malformed": self.malformed}
+        return {"requests": self.requests, "malformed": self.malformed,
+                "position_bias": self.position_bias}
 
 
 @dataclass

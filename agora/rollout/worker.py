@@ -234,6 +234,7 @@ def record_stats(stream: EpisodeStream, record: EpisodeRecord) -> None:
     if isinstance(judged, dict):
         pipe.hincrby(key, "judge_requests", int(judged.get("requests", 0)))
         pipe.hincrby(key, "judge_malformed", int(judged.get("malformed", 0)))
+        pipe.hincrby(key, "judge_position_bias", int(judged.get("position_bias", 0)))
     pipe.execute()
 
 

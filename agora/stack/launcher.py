@@ -27,6 +27,7 @@ import redis
 import yaml
 
 from agora.config.run import RunConfig
+from agora.judge.settings import service_env as judge_service_env
 from agora.rollout.stream import RunKeys
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
@@ -204,12 +205,7 @@ class Stack:
 
     def judge_env(self) -> dict[str, str]:
         """The judge service reads its settings from the environment (agora/judge/settings)."""
-        env = {"AGORA_JUDGE_BACKEND": self.cfg.judge.backend, "REDIS_URL": self.redis_url}
-        if (url := self.cfg.judge_model_url()) is not None:
-            env["AGORA_JUDGE_BASE_URL"] = url
-            env["AGORA_JUDGE_MODEL"] = (self.cfg.judge.served_model if self.cfg.judge.base_url
-                                        else SERVED_BASE_NAME)
-        return env
+        return judge_service_env(self.cfg, self.redis_url)
 
     def worker_service(self, index: int) -> Service:
         log_path = self.run_dir / "logs" / f"worker-{index}.log"

@@ -82,7 +82,7 @@ def test_negotiation_rewards_utility_fairness_and_coherence_and_follow_the_sched
     # No deal: utility and fairness are 0, only the judge's coherence part pays (0..0.5).
     for turn in early.turns:
         assert 0.0 < turn.reward <= 0.5
-    assert early.info["judge"] == {"requests": 8, "malformed": 0}
+    assert early.info["judge"] == {"requests": 8, "malformed": 0, "position_bias": 0}
     assert stats["judge_requests"] == "8" and stats["judge_malformed"] == "0"
 
     # Clock 3: the partner has switched to "conceder", and they strike a deal.
@@ -137,7 +137,8 @@ def test_illegal_negotiation_turns_get_the_penalty_and_are_counted(
     assert [t.reward for t in record.turns] == pytest.approx(
         [utility["alice"] - 0.25, utility["bob"] - 0.25, utility["alice"], utility["bob"]])
     assert record.info["negotiation"]["illegal"] == {"alice": 1, "bob": 1}
-    assert record.info["judge"] == {"requests": 0, "malformed": 0}  # coherence 0: no calls
+    # Coherence 0: no judge calls.
+    assert record.info["judge"] == {"requests": 0, "malformed": 0, "position_bias": 0}
 
 
 # --- story ------------------------------------------------------------------------------------
@@ -156,7 +157,8 @@ def test_story_rewards_come_from_the_judge_and_the_weak_writer_scores_lower(
     assert second == "bot:context:second/short_writer"
     assert record.results == ["completed", "completed"] and len(record.turns) == 4
     # 1 whole-story score + 1 per writer + 1 pairwise per turn, none malformed.
-    assert record.info["judge"] == {"requests": 1 + 2 + 4, "malformed": 0}
+    assert record.info["judge"] == {"requests": 1 + 2 + 4, "malformed": 0,
+                                    "position_bias": 0}
     assert stats["judge_requests"] == "7"
     metrics = record.info["metrics"]
     # One short sentence per turn misses the rubric's 30-300 words: lower score, and the
@@ -205,9 +207,26 @@ def test_malformed_judge_verdicts_score_the_midpoint_and_are_counted(
            "story": {"rounds": 1, "judge": "both", "premise": "scenario:malformed A lost key."}}
     cfg = _config(redis_url, reward_url, garbage_judge_url, env, WRITERS)
     record, stats = _play(cfg, redis_url)
-    assert record.info["judge"] == {"requests": 1 + 2 + 2, "malformed": 5}
+    assert record.info["judge"] == {"requests": 1 + 2 + 2, "malformed": 5,
+                                    "position_bias": 0}
     assert stats["judge_malformed"] == "5"
     assert [t.reward for t in record.turns] == pytest.approx([JUDGE_MIDPOINT] * 2)
+
+
+def test_position_biased_judge_verdicts_are_ties_and_are_counted(
+        redis_url, reward_url, garbage_judge_url):
+    """A judge model that always prefers the first slot: each pairwise verdict's two orders
+    disagree, so the judge service calls it a tie, and the episode counts it."""
+    env = {"name": "story", "seats": ["context:lead", "context:second"],
+           "story": {"rounds": 1, "judge": "both", "premise": "scenario:always-a A lost key."}}
+    cfg = _config(redis_url, reward_url, garbage_judge_url, env, WRITERS)
+    record, stats = _play(cfg, redis_url)
+    # One story score, two own-paragraph scores, two preferences over the baseline: both
+    # preferences biased (the scores are this script's 0-10 marks on another scale).
+    judged = record.info["judge"]
+    assert (judged["requests"], judged["position_bias"]) == (5, 2)
+    assert stats["judge_position_bias"] == "2"
+    assert record.info["story_scores"]["preference"] == {"0": 0.5, "1": 0.5}
 
 
 # --- code_debug ---------------------------------------------------------------------------------

@@ -328,3 +328,16 @@ def test_an_experiment_done_with_the_folder_spelt_otherwise_is_the_same(tmp_path
     other.mkdir()
     (other / "a.json").write_text((absolute / "a.json").read_text())
     assert kept_outcome(exp, other) is None  # another folder's commands are not this one's
+
+
+def test_judge_quality_figures_show_a_judge_models_noise_and_stay_out_for_the_rubric():
+    from agora.results.figures import judge_quality_figures
+
+    llm = {"comparisons": 40, "position_bias": 10, "malformed": 4}
+    figures = {f.name: f for f in judge_quality_figures(llm)}
+    assert figures["judge verdicts position-biased"].after.value == 0.25
+    assert figures["judge verdicts malformed"].after.value == 0.1
+    assert figures["judge verdicts malformed"].after.n == 40
+    assert all(f.share and f.before is None for f in figures.values())
+    assert judge_quality_figures({"comparisons": 40, "position_bias": 0, "malformed": 0}) == []
+    assert judge_quality_figures({"comparisons": 0}) == []
