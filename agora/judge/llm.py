@@ -4,9 +4,11 @@ compose; locally the base model on the policy server).
 Failure policy, and why:
 - Connection errors and 5xx are retried with exponential backoff (tenacity): a judge server that
   is restarting should slow a request down, not fail it.
-- After the retries, or on a 4xx (our request does not suit that server: unknown model, prompt
-  longer than its context), the call raises ``JudgeUpstreamError``, which the service answers
-  with 502 (504 on a read timeout): the failure is the judge model's, not the caller's input.
+- After the retries, or on a 4xx (our request does not suit that server: unknown model, bad
+  key), the call raises ``JudgeUpstreamError``, which the service answers with 502 (504 on a
+  read timeout): the failure is the judge model's, not the caller's input.
+- A prompt longer than the judge model's context is the one 4xx that is about a single request
+  (a long story), not the setup: it gets no verdict, i.e. a malformed one (logged, counted).
 - An answer that arrives but says nothing parseable is not an error: it is a malformed verdict,
   returned with ``verdict=None`` so the caller's fallback (tie / parsed_ok=false) applies.
 - Greedy decoding (temperature 0 by default) so that a cached verdict is the verdict a repeat
@@ -14,6 +16,8 @@ Failure policy, and why:
 """
 
 from __future__ import annotations
+
+import logging
 
 import httpx
 from tenacity import (
@@ -27,6 +31,8 @@ from agora.judge.errors import JudgeUpstreamError
 from agora.judge.prompts import PROMPT_VERSION, pairwise_messages, score_messages
 from agora.judge.schemas import OrderVerdict, Rubric
 from agora.judge.verdicts import parse_scores, parse_verdict, slot_probability, slot_to_candidate
+
+log = logging.getLogger(__name__)
 
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
@@ -45,6 +51,13 @@ def chat_url(base_url: str) -> str:
     if not base.endswith("/v1"):
         base += "/v1"
     return base + "/chat/completions"
+
+
+def too_long(error_text: str) -> bool:
+    """vLLM's 400 for a prompt longer than the model's context ("Input length (N) exceeds
+    model's maximum context length (M)", "The decoder prompt (length N) is longer than the
+    maximum model length of M"); a longer ``max_tokens`` alone is clamped, not refused."""
+    return "maximum context length" in error_text or "maximum model length" in error_text
 
 
 def message_text(data: object) -> str:
@@ -128,6 +141,13 @@ class LLMBackend:
         except httpx.HTTPError as err:
             message = f"judge model at {self.url} unreachable: {type(err).__name__}: {err}"
             raise JudgeUpstreamError(502, message) from None
+        if resp.status_code == 400 and too_long(resp.text):
+            # The judge model cannot read this one request (the story or transcript outgrew its
+            # context): no verdict, which the caller scores as malformed, instead of a 502 that
+            # would stall every episode holding such a turn.
+            log.warning("judge model at %s: prompt longer than its context: %s", self.url,
+                        resp.text[:300])
+            return ""
         if resp.status_code != 200:
             message = (
                 f"judge model at {self.url} refused the request (HTTP {resp.status_code}): "

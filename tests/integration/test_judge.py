@@ -125,6 +125,12 @@ async def _chat(request: Request, authorization: str | None = Header(None)):
             return JSONResponse({"error": "warming up"}, status_code=503)
     if scenario == "no-choices":
         return {"object": "chat.completion", "choices": []}
+    if scenario == "too-long":  # vLLM's refusal of a prompt longer than max_model_len
+        return JSONResponse({"error": {"message": "Input length (1100) exceeds model's maximum "
+                                       "context length (1024).", "code": 400}}, status_code=400)
+    if scenario == "unknown-model":
+        return JSONResponse({"error": {"message": "The model `x` does not exist.",
+                                       "code": 404}}, status_code=404)
     response = _block(user, "RESPONSE")
     if response is not None:
         content = _score_script(scenario, user, response)
@@ -607,6 +613,20 @@ def test_llm_retries_server_errors(judges):
     v = ok(judges.llm, "pairwise", body)
     assert v["winner"] == "a" and v["parsed_ok"] is True
     assert len(received(judges, tag)) == 4  # each order: a 503, then the answer
+
+
+def test_a_prompt_too_long_for_the_judge_model_is_a_malformed_verdict(judges):
+    """One story that outgrew the judge model's context gets no verdict (a tie, counted as
+    malformed); a refusal about the setup (an unknown model) stays a 502."""
+    before = metric(judges.llm, "agora_judge_malformed_verdicts_total", endpoint="pairwise")
+    v = ok(judges.llm, "pairwise", {"context": f"scenario:too-long {nonce()}", "a": "GOOD",
+                                    "b": "other"})
+    assert (v["winner"], v["prob_a"], v["parsed_ok"]) == ("tie", 0.5, False)
+    assert metric(judges.llm, "agora_judge_malformed_verdicts_total",
+                  endpoint="pairwise") == before + 2
+    resp = post(judges.llm, "pairwise", {"context": f"scenario:unknown-model {nonce()}",
+                                         "a": "x", "b": "y"})
+    assert resp.status_code == 502 and "does not exist" in resp.json()["detail"]
 
 
 def test_broken_or_unreachable_judge_model_is_502(judges):
