@@ -6,6 +6,11 @@
 - ``tiny-random``: a 2-layer random Llama with SmolLM2's tokenizer, for tests. Same tokenizer means
   the same chat template and token ids as the real model, so prompts and parsing are exercised
   for real while forward passes stay cheap.
+- ``tiny-random-qwen2``: a 2-layer random Qwen2 with a byte-level BPE tokenizer trained here on a
+  fixed text, and a chat template of its own, for tests of agents on *different* base models:
+  another architecture (biased q/k/v projections), other token ids, other special tokens. No
+  second small real model ships in a package this machine can install; a real pair (SmolLM2 and
+  a Qwen2.5) goes through exactly these code paths.
 - anything else: a local folder, or a Hugging Face id handed to ``from_pretrained`` unchanged.
 
 Conversion writes to a temporary folder and renames it, so a crash never leaves a half model
@@ -24,6 +29,8 @@ import filelock
 
 SMOLLM2 = "smollm2-135m"
 TINY_RANDOM = "tiny-random"
+TINY_QWEN2 = "tiny-random-qwen2"
+BUILT_INS = (SMOLLM2, TINY_RANDOM, TINY_QWEN2)
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -117,12 +124,76 @@ def _build_tiny_random(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+# The tiny Qwen2's tokenizer: its special tokens and chat template differ from SmolLM2's ChatML
+# on purpose, so a prompt built with the wrong agent's tokenizer would show.
+QWEN2_SPECIALS = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+QWEN2_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+# A fixed training text (so every machine builds the same vocabulary): the words agora's envs
+# and prompts use most, digits and punctuation.
+QWEN2_CORPUS = (
+    "You are playing Tic-Tac-Toe. Your move? Answer with the cell number in brackets, e.g. [4]. "
+    "Solve the problem step by step and give the final answer as a number. The answer is 42. "
+    "Agent alice said the total is 17; bob disagrees: 3 + 4 * 5 = 23. I agree with bob. "
+    "PROPOSE: apples=2 books=1 hats=0. ACCEPT. The keeper read the letter by the lamp. "
+    "0 1 2 3 4 5 6 7 8 9 10 100 1000 + - * / = ( ) [ ] { } . , ; : ! ? ' \" # $ % & _ "
+)
+
+
+def _train_qwen2_tokenizer():
+    """A byte-level BPE (any text encodes) with ~600 merges learned from QWEN2_CORPUS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1024, special_tokens=QWEN2_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    bpe.train_from_iterator([QWEN2_CORPUS] * 4, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|end|>",
+                                        pad_token="<|pad|>")
+    tokenizer.chat_template = QWEN2_CHAT_TEMPLATE
+    return tokenizer
+
+
+def _build_tiny_qwen2(out: Path) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = _train_qwen2_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,  # head_dim 64, as tiny-random (vLLM's CPU attention sizes)
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    torch.manual_seed(1)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
 def resolve_model(name: str) -> str:
     """Return a path (or HF id) that ``from_pretrained`` and vLLM's ``--model`` accept."""
     if name == SMOLLM2:
         return str(_publish(_convert_smollm2, cache_dir() / SMOLLM2))
     if name == TINY_RANDOM:
         return str(_publish(_build_tiny_random, cache_dir() / TINY_RANDOM))
+    if name == TINY_QWEN2:
+        return str(_publish(_build_tiny_qwen2, cache_dir() / TINY_QWEN2))
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

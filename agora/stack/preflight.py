@@ -19,7 +19,7 @@ import httpx
 import redis
 
 from agora.config.run import RunConfig
-from agora.serving.model_folders import SMOLLM2, TINY_RANDOM, cache_dir, smollm2_gguf_path
+from agora.serving.model_folders import BUILT_INS, TINY_QWEN2, cache_dir, smollm2_gguf_path
 
 PROBE_TIMEOUT_S = 3.0
 _PATH_PREFIXES = ("/", "./", "../", "~")
@@ -33,11 +33,11 @@ def model_problem(name: str) -> str | None:
     and a Hugging Face id must already be in the local cache, since the stack runs with
     ``HF_HUB_OFFLINE=1`` (nothing is downloaded at run time).
     """
-    if name in (SMOLLM2, TINY_RANDOM):
-        if (cache_dir() / name / "config.json").is_file():
-            return None
+    if name in BUILT_INS:
+        if (cache_dir() / name / "config.json").is_file() or name == TINY_QWEN2:
+            return None  # built already, or built from code alone
         try:
-            smollm2_gguf_path()  # both built-ins are made from the wheel's GGUF
+            smollm2_gguf_path()  # the other built-ins are made from the wheel's GGUF
         except FileNotFoundError as err:
             return f"built-in model '{name}' cannot be built: {err}"
         return None
@@ -56,7 +56,7 @@ def model_problem(name: str) -> str | None:
         cached = None
     if isinstance(cached, str):
         return None
-    return (f"'{name}' is not a built-in ({SMOLLM2}, {TINY_RANDOM}), a local folder, nor a "
+    return (f"'{name}' is not a built-in ({', '.join(BUILT_INS)}), a local folder, nor a "
             "Hugging Face model in the local cache (nothing is downloaded at run time)")
 
 

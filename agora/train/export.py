@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from agora.config.run import RunConfig, load_config
-from agora.serving.model_folders import SMOLLM2, TINY_RANDOM, resolve_model
+from agora.serving.model_folders import SMOLLM2, TINY_QWEN2, TINY_RANDOM, resolve_model
 from agora.serving.weights import live_weights_dir
 
 # agora's model names -> their hub ids (tiny-random has none: it is built locally for tests).
@@ -39,11 +39,11 @@ class Exported:
 
 
 def base_name(model: str) -> str:
-    """How an export names its base: the hub id, the user's own folder or id, or (tiny-random
-    only) the local folder it was built in."""
+    """How an export names its base: the hub id, the user's own folder or id, or (the tiny
+    test models only) the local folder it was built in."""
     if model in HUB_IDS:
         return HUB_IDS[model]
-    return resolve_model(model) if model == TINY_RANDOM else model
+    return resolve_model(model) if model in (TINY_RANDOM, TINY_QWEN2) else model
 
 
 def adapter_versions(run_dir: Path, agent: str) -> list[int]:

@@ -1,5 +1,6 @@
 """Multi-model co-training end to end: a MAPoRL discussion between agents on two different base
-models (one vLLM server each) plus a frozen agent, through every real service."""
+models (a Llama and a Qwen2, each with its own tokenizer and chat template, one vLLM server
+each) plus a frozen agent, through every real service."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 from pathlib import Path
 
 import redis
+from transformers import AutoTokenizer
 
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.stream import RunKeys
+from agora.serving.model_folders import resolve_model
 from agora.stack.launcher import make_stack
 from agora.stack.procs import free_port
 from tests.stack_helpers import descendants_alive, process_tree, processes_of_run, tiny_config
@@ -23,10 +26,12 @@ def _agent(name: str, base: str, trainable: bool = True) -> dict:
 
 
 def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tmp_path):
-    server = {"model": "tiny-random", "max_loras": 2, "max_lora_rank": 8, "dtype": "float32",
-              "max_model_len": 1024}
+    # Two architectures and two tokenizers: a Llama with SmolLM2's tokenizer and ChatML, and a
+    # Qwen2 with its own byte-level BPE and chat template (agora/serving/model_folders.py).
+    server = {"max_loras": 2, "max_lora_rank": 8, "dtype": "float32", "max_model_len": 1024}
     cfg = tiny_config(
-        models={"tiny": {**server, "port": free_port()}, "other": {**server, "port": free_port()}},
+        models={"tiny": {**server, "model": "tiny-random", "port": free_port()},
+                "other": {**server, "model": "tiny-random-qwen2", "port": free_port()}},
         agents=[_agent("alice", "tiny"), _agent("bob", "other"),
                 _agent("carol", "tiny", trainable=False)],
         environment={"name": "discussion", "seats": ["alice", "bob", "carol"], "rounds": 2,
@@ -72,6 +77,17 @@ def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tm
         assert [t.agent for t in record.turns] == ["alice", "bob", "carol"] * 2
         assert len(record.info["scores"]) == 2 and len(record.info["scores"][0]) == 3
         assert set(record.rewards) == {"alice", "bob", "carol"}
+        # Each agent's prompts and completions are in its own base's tokens: bob's decode under
+        # the Qwen2 tokenizer to its chat template, alice's under SmolLM2's to ChatML.
+        tokenizers = {key: AutoTokenizer.from_pretrained(resolve_model(m.model))
+                      for key, m in cfg.models.items()}
+        for turn in record.turns:
+            base = cfg.agent(turn.agent).base
+            prompt = tokenizers[base].decode(turn.prompt_token_ids)
+            ours = ("<|im_start|>",) if base == "tiny" else ("<|system|>", "<|user|>")
+            assert prompt.startswith(ours), prompt
+            assert max(turn.prompt_token_ids + turn.completion_token_ids) < len(tokenizers[base])
+        assert len(tokenizers["other"]) < 1000 < len(tokenizers["tiny"])
     finally:
         stack.stop()
     assert descendants_alive(pids) == []
