@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 
 from agora.envs.code_debug import CodeDebug
 from agora.envs.negotiation import Allocation, Negotiation
+from agora.envs.research_agents import RESEARCH_AGENT_FITS, RESEARCH_AGENTS
 from agora.envs.story import StoryWriting
 from agora.envs.support_agents import SUPPORT_AGENT_FITS, SUPPORT_AGENTS
 from agora.judge.rubric_backend import STOP_WORDS, words
@@ -259,6 +260,7 @@ CONTEXT_AGENTS: dict[str, type] = {
     "oracle_fixer": OracleFixer,
     "copy_fixer": CopyFixer,
     **SUPPORT_AGENTS,  # support_oracle, support_router, support_guesser
+    **RESEARCH_AGENTS,  # oracle_researcher, lazy_researcher, copy_writer
 }
 # Which env (and which role in it, None = any seat) each strategy plays: they read that env's
 # state, so a run config seating one elsewhere is refused before anything starts.
@@ -273,6 +275,7 @@ CONTEXT_AGENT_FITS: dict[str, tuple[str, str | None]] = {
     "oracle_fixer": ("code_debug", "fixer"),
     "copy_fixer": ("code_debug", "fixer"),
     **SUPPORT_AGENT_FITS,
+    **RESEARCH_AGENT_FITS,
 }
 
 

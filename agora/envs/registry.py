@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "agora.envs"
 BUILTIN_MODULES = ("agora.envs.tictactoe", "agora.envs.hanabi", "agora.envs.discussion",
                    "agora.envs.negotiation", "agora.envs.story", "agora.envs.code_debug",
-                   "agora.envs.support_options")
+                   "agora.envs.support_options", "agora.envs.research")
 
 
 def _builtin_specs() -> list[EnvSpec]:

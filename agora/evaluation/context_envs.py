@@ -16,12 +16,13 @@ service's sandbox), and per LLM agent the episode metrics of ``ENV_METRICS`` are
   ``task_success`` = the team's final answer is right);
 - the others, and the mean reward, as means with 95% normal intervals.
 
-Judged envs (story, negotiation) also get a *preference rate*: per seed, the judge service's
-``/v1/judge/pairwise`` compares the evaluated policy's episode (a) with the baseline's (b):
-the whole story against the premise, or the learner's negotiation messages against the item
-pool, with the env's rubric. The judge asks in both orders; ``prob_a`` is 1 when a wins both,
-0 when b does, 0.5 for a tie or a position-biased split. Preference rate = mean ``prob_a``
-over the seeds, with a 95% Wilson interval over the number of seeds.
+Judged envs (story, negotiation, research) also get a *preference rate*: per seed, the judge
+service's ``/v1/judge/pairwise`` compares the evaluated policy's episode (a) with the
+baseline's (b): the whole story against the premise, the learner's negotiation messages
+against the item pool, or the team's answer against the question, with the env's rubric. The
+judge asks in both orders; ``prob_a`` is 1 when a wins both, 0 when b does, 0.5 for a tie or a
+position-biased split. Preference rate = mean ``prob_a`` over the seeds, with a 95% Wilson
+interval over the number of seeds.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import ContextSeat, build_env
 
 BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
-COUNT_METRICS = {"tool_calls"}  # per-episode counts; every other env metric is within 0..1
+# Per-episode counts; every other env metric is within 0..1.
+COUNT_METRICS = {"tool_calls", "searches"}
 def partner_strategies(cfg: RunConfig) -> dict[str, list[str]]:
     """Each context agent's strategies: its schedule's, in order, or its one fixed strategy."""
     out = {}
@@ -116,6 +118,11 @@ def preference_body(ctx: EvalContext, a: EpisodeRecord, b: EpisodeRecord, learne
         context = f"Premise: {a.info['premise']}"
         texts = [str(r.info.get("story", "")) for r in (a, b)]
         rubric = env.story.rubric
+    elif env.name == "research" and env.research is not None:
+        # The same question (same seed): which team's answer answers it better?
+        context = str(a.info["question"])
+        texts = [str(r.info.get("answer", "")) for r in (a, b)]
+        rubric = env.research.relevance_rubric
     else:
         assert env.negotiation is not None
         pool = ", ".join(f"{k}={n}" for k, n in dict(a.info["pool"]).items())

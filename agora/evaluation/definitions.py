@@ -76,10 +76,11 @@ DEFINITIONS: dict[str, str] = {
         "`task_success`, the team's final answer is right)."
     ),
     "preference": (
-        "**Judge preference (story, negotiation).** Per seed, the judge service's "
+        "**Judge preference (story, negotiation, research).** Per seed, the judge service's "
         "`/v1/judge/pairwise` compares the evaluated policy's episode (a) with the baseline's "
-        "(b): the whole story given the premise, or the learner's negotiation messages given "
-        "the item pool, with the env's rubric. The judge answers in both orders; prob_a = 1 "
+        "(b): the whole story given the premise, the learner's negotiation messages given "
+        "the item pool, or the team's answer given the question, with the env's rubric. The "
+        "judge answers in both orders; prob_a = 1 "
         "(a wins both), 0 (b wins both) or 0.5 (tie, or the orders disagree = position bias). "
         "*preference rate* = mean prob_a over the seeds (0.5 = no difference); its interval is "
         "Wilson's over the number of seeds."

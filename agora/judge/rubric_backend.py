@@ -17,6 +17,9 @@ apostrophes, before any of them is computed; an empty response scores 0 on every
 - ``distinct_words``: distinct words / words.
 - ``relevance``: the fraction of the context's distinct content words (4+ letters, not a stop
   word) that occur in the response; 1 when the context has none.
+- ``grounding``: the other way round, the fraction of the response's distinct content words
+  that occur in the context (what a faithful answer to retrieved pages is made of); 1 when the
+  response has none.
 
 A criterion's score is ``scale_min + feature * (scale_max - scale_min)``; the overall score is
 the weighted mean over criteria. Scores are rounded to 3 decimals so that float noise cannot
@@ -97,6 +100,11 @@ def feature(criterion: Criterion, context: str, response: str) -> float:
         if not wanted:
             return 1.0
         return len(wanted & set(tokens)) / len(wanted)
+    if check == "grounding":
+        said = {w for w in tokens if len(w) >= 4 and w not in STOP_WORDS}
+        if not said:
+            return 1.0
+        return len(said & set(words(context))) / len(said)
     raise RubricNotScorable(f"criterion '{criterion.name}' has no check")
 
 
@@ -106,7 +114,8 @@ def require_checks(rubric: Rubric) -> None:
         raise RubricNotScorable(
             f"criteria {missing} of rubric '{rubric.name}' have no 'check': the rubric backend "
             "scores only text features (length, keywords, must_mention, forbidden, repetition, "
-            "distinct_words, relevance); give each criterion a check or use the llm backend"
+            "distinct_words, relevance, grounding); give each criterion a check or use the llm "
+            "backend"
         )
 
 

@@ -81,6 +81,47 @@ NAMED_RUBRICS: dict[str, Rubric] = {
             ),
         ],
     ),
+    # The research env's two questions of an answer: does it answer the question asked
+    # (context = the question), and does it say only what the retrieved pages say (context =
+    # those pages)?
+    "answer_relevance": Rubric(
+        name="answer_relevance",
+        instructions="Judge the response as an answer to the customer's question in the "
+                     "context.",
+        criteria=[
+            Criterion(
+                name="relevance",
+                description="Answers every part of the question, using its key terms.",
+                check="relevance",
+                weight=2.0,
+            ),
+            Criterion(
+                name="length",
+                description="A short answer: 5-120 words.",
+                check="length",
+                min_words=5,
+                max_words=120,
+            ),
+            Criterion(
+                name="non_repetition",
+                description="Does not repeat itself.",
+                check="repetition",
+            ),
+        ],
+    ),
+    "faithfulness": Rubric(
+        name="faithfulness",
+        instructions="The context holds the pages the answer was researched from. Judge "
+                     "whether the response says only what those pages support.",
+        criteria=[
+            Criterion(
+                name="grounding",
+                description="Every fact and figure in the response is stated in the pages; "
+                            "nothing is invented.",
+                check="grounding",
+            ),
+        ],
+    ),
     "story": Rubric(
         name="story",
         instructions="Judge the text as a continuation of a collaborative story.",

@@ -37,7 +37,8 @@ Backend = Literal["rubric", "llm"]
 Winner = Literal["a", "b", "tie"]
 Slot = Literal["A", "B", "TIE"]
 Check = Literal[
-    "length", "keywords", "must_mention", "forbidden", "repetition", "distinct_words", "relevance"
+    "length", "keywords", "must_mention", "forbidden", "repetition", "distinct_words", "relevance",
+    "grounding",
 ]
 TERM_CHECKS = ("keywords", "must_mention", "forbidden")
 

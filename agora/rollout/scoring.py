@@ -42,6 +42,7 @@ from agora.agents.context import make_context_agent
 from agora.config.run import RunConfig
 from agora.envs.code_debug import PROBLEMS_BY_ID, debug_scores, same_code
 from agora.envs.negotiation import negotiation_scores
+from agora.envs.research import stated_facts
 from agora.envs.story import StoryWriting, story_judge_request
 from agora.envs.support import support_metrics, support_scores
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
@@ -250,6 +251,44 @@ def story_preferences(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient
         })
         env.step(turn.text)
     return prefs
+
+
+# --------------------------------------------------------------------------- research
+
+def score_research(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient) -> Scored:
+    """The team's answer, for both seats: its facts (exact), and the judge's 0..1 scores of
+    its relevance to the question and its faithfulness to the pages actually retrieved."""
+    opts = cfg.environment.research
+    assert opts is not None
+    info = record.info
+    answer = str(info["answer"])
+    facts = list(info["facts"])
+    stated = stated_facts(answer, facts)
+    found = sum(stated) / len(stated) if stated else 0.0
+    relevance = faithfulness = 0.0
+    if answer:
+        relevance = judge.score({"context": _clip(str(info["question"]), MAX_CONTEXT_CHARS),
+                                 "response": answer[:MAX_CANDIDATE_CHARS],
+                                 "rubric": opts.relevance_rubric})
+        pages = "\n\n".join(f"[{i}] {t}" for i, t in dict(info["pages"]).items())
+        # Nothing retrieved: nothing the answer says is supported by a page.
+        if pages:
+            faithfulness = judge.score({"context": pages[:MAX_CONTEXT_CHARS],
+                                        "response": answer[:MAX_CANDIDATE_CHARS],
+                                        "rubric": opts.faithfulness_rubric})
+    team = opts.facts_weight * found + (1 - opts.facts_weight) * 0.5 * (relevance + faithfulness)
+    parts = [RewardParts(verifier=opts.facts_weight * found,
+                         judge=team - opts.facts_weight * found,
+                         shaping=_penalty(cfg, turn.legal)) for turn in record.turns]
+    wanted = {str(f["page"]) for f in facts}
+    shared = {"facts_found": found, "solved": float(bool(stated) and all(stated)),
+              "relevance": relevance, "faithfulness": faithfulness}
+    metrics = {0: {**shared, "pages_found": len(wanted & set(info["retrieved"])) / len(wanted),
+                   "searches": float(len(info["searches"]))},
+               1: dict(shared)}
+    record.info["research_scores"] = {"stated": stated, "team": team}
+    done = info.get("reason") == "completed"
+    return Scored(parts, ["completed" if done else "unfinished"] * 2, metrics)
 
 
 # --------------------------------------------------------------------------- code_debug

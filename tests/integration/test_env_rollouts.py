@@ -277,3 +277,44 @@ def test_fixer_mode_and_unparsable_code(redis_url, reward_url, judge_url):
     assert record.info["code_debug"]["fixer"]["tests_passed"] == 0
     assert record.turns[0].reward == -0.5 and record.results == ["failed"]
 
+
+
+# --- research -----------------------------------------------------------------------------------
+
+RESEARCHERS = {"researcher": {"schedule": [[0, "oracle_researcher"], [1, "lazy_researcher"]]},
+               "writer": {"strategy": "copy_writer"}}
+
+
+def test_research_scores_the_teams_facts_relevance_and_faithfulness(redis_url, reward_url,
+                                                                   judge_url):
+    env = {"name": "research", "seats": ["context:researcher", "context:writer"],
+           "research": {"facts": 2, "facts_weight": 0.5}}
+    cfg = _config(redis_url, reward_url, judge_url, env, RESEARCHERS)
+
+    found, stats = _play(cfg, redis_url, clock=0)
+    assert found.seats == ["bot:context:researcher/oracle_researcher",
+                           "bot:context:writer/copy_writer"]
+    info = found.info
+    assert len(info["searches"]) == 2 and {f["page"] for f in info["facts"]} <= set(
+        info["retrieved"])
+    # Two judge scores of the answer: relevance to the question, faithfulness to the pages.
+    assert info["judge"]["requests"] == 2 and stats["judge_requests"] == "2"
+    researcher, writer = (info["metrics"][seat] for seat in found.seats)
+    assert researcher["facts_found"] == 1.0 and researcher["solved"] == 1.0
+    assert researcher["pages_found"] == 1.0 and researcher["searches"] == 2.0
+    assert 0.5 < researcher["faithfulness"] <= 1.0  # the notes are the pages' own sentences
+    assert writer == {k: researcher[k] for k in ("facts_found", "solved", "relevance",
+                                                 "faithfulness")}
+    team = 0.5 * 1.0 + 0.5 * 0.5 * (researcher["relevance"] + researcher["faithfulness"])
+    assert info["research_scores"]["team"] == pytest.approx(team)
+    # One team reward: every turn of both seats (3 researcher steps, 1 answer) gets it.
+    assert [t.reward for t in found.turns] == pytest.approx([team] * 4)
+
+    # One update later the lazy researcher looks nothing up: no page, no fact, no
+    # faithfulness (nothing retrieved backs the answer), a lower team reward.
+    lazy, _ = _play(cfg, redis_url, clock=1)
+    assert lazy.seats[0] == "bot:context:researcher/lazy_researcher"
+    metrics = lazy.info["metrics"][lazy.seats[0]]
+    assert (metrics["facts_found"], metrics["pages_found"], metrics["faithfulness"]) == (0, 0, 0)
+    assert lazy.info["judge"]["requests"] == 1
+    assert max(t.reward for t in lazy.turns) < min(t.reward for t in found.turns)

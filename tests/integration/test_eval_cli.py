@@ -451,6 +451,43 @@ def test_eval_story_judge_preference_starts_and_stops_its_judge(tmp_path, vllm_t
     assert judged.after.n == 3 and not figures["reward"].share
 
 
+def test_eval_research_team_against_its_writer_with_success_and_preference(
+        tmp_path, vllm_tiny, learner):
+    """The research env's researcher (tiny-random: its notes are noise) with the scripted
+    copy writer: scored through the judge service like training, success = every fact
+    stated, and the judge's preference compares the two teams' answers."""
+    url, _ = vllm_tiny
+    cfg = tiny_config(
+        name="research",
+        agents=[{"name": "researcher", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
+                 "sampling": {"temperature": 1.0, "max_tokens": 12,
+                              "stop": ["</tool>", "<result>"]}}],
+        context_agents={"writer": {"strategy": "copy_writer"}},
+        environment={"name": "research", "seats": ["researcher", "context:writer"],
+                     "prefill": "", "opponents": {"self": 1.0},
+                     "research": {"facts": 2, "max_searches": 1}},
+        reward={"verifier": "judge"},
+        judge={"backend": "rubric"},
+    )
+    run_dir = make_run(tmp_path, cfg, learner, versions=2)
+    code, out = agora_eval(run_dir, "--games", 2, "--policy-url", url,
+                           "--port-base", PORT_BASE)
+    assert code == 0, out
+    report, md = read_eval(run_dir / "eval")
+    section = report["sections"]["episodes"]
+    assert section["partners"] == {"writer": ["copy_writer"]}
+    for policy in section["policies"].values():
+        metrics = policy["agents"]["researcher"]
+        assert metrics["reward"]["n"] == 2
+        # Noise finds no fact; success is the share of episodes with every fact stated.
+        assert metrics["success"] == metrics["solved"] and metrics["solved"]["rate"] == 0.0
+        for key in ("facts_found", "relevance", "faithfulness", "pages_found"):
+            assert 0.0 <= metrics[key]["mean"] <= 1.0
+        assert metrics["searches"]["mean"] <= 1.0  # max_searches: 1
+    pref = section["preference"]
+    assert pref["comparisons"] == 2 and pref["a"] == "researcher@v1"
+
+
 def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_tiny,
                                                                 reward_url, learner):
     url, _ = vllm_tiny

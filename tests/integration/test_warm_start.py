@@ -30,6 +30,7 @@ ENVIRONMENTS = {  # the smallest runnable section of each built-in env
     "story": {"seats": ["player", "player"]},
     "code_debug": {"seats": ["player"], "code_debug": {"mode": "fixer"}},
     "support": {"seats": ["player", "player", "player"]},
+    "research": {"seats": ["player", "player"]},
 }
 VERIFIER = {"discussion": "math"}
 
