@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
-from agora.envs.spec import DefaultPlay, EnvOptions, EnvSpec, RubricName
+from agora.envs.spec import EnvOptions, EnvSpec, RubricName
 from agora.envs.support_tasks import FACTS, Fact
 from agora.tools import format_results, parse_tool_calls
 from agora.tools.registry import ToolResult, clip
@@ -280,5 +280,4 @@ SPEC = EnvSpec(
         "pages_found": "research: share of the question's pages the researcher retrieved",
         "searches": "research: searches made",
     },
-    play=DefaultPlay(prefill="", max_tokens=96, stop=()),
 )
