@@ -112,6 +112,20 @@ def test_negotiation_arms_are_scripted_partners_vs_a_learning_peer():
     assert multi.learner == "alice" and single.ppo == multi.ppo == cfg.ppo
 
 
+def test_research_arms_are_the_scripted_writer_vs_a_learning_writer():
+    """The issue's "retrieval writer alone" reading: the researcher with the scripted copy
+    writer, vs beside a learning copy of itself in the writer's seat."""
+    cfg = tiny_config(
+        agents=[_agent("scout")], context_agents={"writer": {"strategy": "copy_writer"}},
+        environment={"name": "research", "seats": ["scout", "context:writer"], "prefill": "",
+                     "opponents": {"self": 1.0}},
+        reward={"verifier": "judge"}, trainer={"max_updates": None, "max_minutes": 5})
+    (_, single), (_, multi) = arm_configs(cfg)
+    assert single.environment.seats == ["scout", "context:writer"]
+    assert multi.environment.seats == ["scout", "scout-peer"]
+    assert [a.name for a in multi.trainable_agents] == ["scout", "scout-peer"]
+
+
 def test_code_debug_single_arm_is_the_fixer_alone_on_the_bug_list():
     cfg = tiny_config(
         agents=[_agent("fixer")],
