@@ -59,6 +59,10 @@ class JudgeConfig(StrictModel):
     # The judge model reasons before its verdict; a small local model on a CPU pays for every
     # token of it, in every judged turn.
     max_tokens: int = Field(512, ge=1, description="generation budget per judge model call")
+    # A judge model too small to follow the verdict format (SmolLM2-135M: not one parseable
+    # preference verdict in 512) answers through vLLM's structured outputs instead: only the verdict
+    # or score lines can be sampled, no reasoning. Needs a vLLM judge server.
+    constrained: bool = Field(False, description="verdict / score lines only (vLLM)")
 
 
 class EvalConfig(StrictModel):

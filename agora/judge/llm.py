@@ -13,11 +13,16 @@ Failure policy, and why:
   returned with ``verdict=None`` so the caller's fallback (tie / parsed_ok=false) applies.
 - Greedy decoding (temperature 0 by default) so that a cached verdict is the verdict a repeat
   call would have produced.
+- ``constrained``: for a judge model too small to follow the format (SmolLM2-135M gave no
+  parseable preference verdict in 512), vLLM's structured outputs allow only the verdict lines
+  (``choice``) or the score lines (``regex``): no reasoning, always a verdict. Whether that
+  verdict means anything is what the position-bias count then shows.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
 import httpx
 from tenacity import (
@@ -71,6 +76,15 @@ def message_text(data: object) -> str:
     return content if isinstance(content, str) else ""
 
 
+VERDICT_LINES = ("VERDICT: A", "VERDICT: B", "VERDICT: TIE")
+
+
+def score_lines_regex(rubric: Rubric) -> str:
+    """One ``SCORE <criterion>: <integer on the rubric's scale>`` line per criterion."""
+    values = "|".join(str(v) for v in range(rubric.scale_max, rubric.scale_min - 1, -1))
+    return "\n".join(f"SCORE {re.escape(c.name)}: ({values})" for c in rubric.criteria)
+
+
 class LLMBackend:
     name = "llm"
 
@@ -85,6 +99,7 @@ class LLMBackend:
         temperature: float = 0.0,
         attempts: int = 3,
         backoff_s: float = 0.25,
+        constrained: bool = False,
     ) -> None:
         self.base_url = base_url
         self.url = chat_url(base_url)
@@ -95,27 +110,33 @@ class LLMBackend:
         self.temperature = temperature
         self.attempts = attempts
         self.backoff_s = backoff_s
+        self.constrained = constrained
 
     def identity(self) -> dict:
         """What a verdict depends on besides the inputs: part of the cache key."""
-        return {
+        identity: dict[str, object] = {
             "backend": self.name,
             "model": self.model,
             "prompt": PROMPT_VERSION,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
         }
+        if self.constrained:  # (left out otherwise: free-form verdicts keep their cache keys)
+            identity["constrained"] = True
+        return identity
 
     def check_rubric(self, rubric: Rubric) -> None:
         """A judge model can read any rubric."""
 
-    async def complete(self, messages: list[dict]) -> str:
-        body = {
+    async def complete(self, messages: list[dict], structured: dict | None = None) -> str:
+        body: dict[str, object] = {
             "model": self.model,
             "messages": messages,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
         }
+        if self.constrained and structured is not None:
+            body["structured_outputs"] = structured
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((*RETRYABLE, _ServerError)),
@@ -163,7 +184,9 @@ class LLMBackend:
     async def judge_order(
         self, context: str, first: str, second: str, rubric: Rubric, order: str
     ) -> OrderVerdict:
-        raw = await self.complete(pairwise_messages(context, first, second, rubric))
+        raw = await self.complete(
+            pairwise_messages(context, first, second, rubric, reasoning=not self.constrained),
+            {"choice": list(VERDICT_LINES)})
         slot = parse_verdict(raw)
         return OrderVerdict(
             order=order,
@@ -176,7 +199,9 @@ class LLMBackend:
     async def score(
         self, context: str, response: str, rubric: Rubric
     ) -> tuple[str, dict[str, float | None]]:
-        raw = await self.complete(score_messages(context, response, rubric))
+        raw = await self.complete(
+            score_messages(context, response, rubric, reasoning=not self.constrained),
+            {"regex": score_lines_regex(rubric)})
         names = [c.name for c in rubric.criteria]
         parsed = parse_scores(raw, names, (rubric.scale_min, rubric.scale_max))
         return raw, {name: parsed.get(name) for name in names}

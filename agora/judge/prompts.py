@@ -36,7 +36,8 @@ def _criteria(rubric: Rubric) -> str:
     return "\n".join(lines)
 
 
-def pairwise_messages(context: str, first: str, second: str, rubric: Rubric) -> list[dict]:
+def pairwise_messages(context: str, first: str, second: str, rubric: Rubric,
+                      reasoning: bool = True) -> list[dict]:
     user = "\n\n".join(
         [
             "Compare two responses to the context below under this rubric.",
@@ -44,14 +45,16 @@ def pairwise_messages(context: str, first: str, second: str, rubric: Rubric) -> 
             block("CONTEXT", context),
             block("RESPONSE A", first),
             block("RESPONSE B", second),
-            "Explain your reasoning in a few sentences. Then write the verdict as the last line, "
-            "exactly one of:\nVERDICT: A\nVERDICT: B\nVERDICT: TIE",
+            ("Explain your reasoning in a few sentences. Then write the verdict as the last "
+             "line, exactly one of:" if reasoning else "Write only the verdict, exactly one of:")
+            + "\nVERDICT: A\nVERDICT: B\nVERDICT: TIE",
         ]
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def score_messages(context: str, response: str, rubric: Rubric) -> list[dict]:
+def score_messages(context: str, response: str, rubric: Rubric,
+                   reasoning: bool = True) -> list[dict]:
     scale = f"an integer from {rubric.scale_min} (worst) to {rubric.scale_max} (best)"
     format_lines = "\n".join(f"SCORE {c.name}: <{scale}>" for c in rubric.criteria)
     user = "\n\n".join(
@@ -60,8 +63,9 @@ def score_messages(context: str, response: str, rubric: Rubric) -> list[dict]:
             _criteria(rubric),
             block("CONTEXT", context),
             block("RESPONSE", response),
-            "Explain your grades in a few sentences. Then end with exactly these lines, one per "
-            f"criterion, and nothing after them:\n{format_lines}",
+            ("Explain your grades in a few sentences. Then end with exactly these lines, one "
+             "per criterion, and nothing after them:" if reasoning else
+             "Write only these lines, one per criterion:") + f"\n{format_lines}",
         ]
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]

@@ -92,7 +92,9 @@ def parse_scores(
     """The last ``SCORE <name>: N`` line per criterion (names matched case-insensitively).
     A criterion whose last line is unreadable or out of ``scale`` is left out, as is any name
     the rubric does not have."""
-    canonical = {n.lower(): n for n in names}
+    # Lines lose their markdown decoration before matching, underscores included, so a name
+    # is matched without its own ("non_repetition" reads as "nonrepetition").
+    canonical = {n.translate(_DECORATION).lower(): n for n in names}
     last: dict[str, str] = {}
     for line in _lines(output):
         found = _SCORE_LINE.match(line)

@@ -61,6 +61,7 @@ def create_app(
                     http=http,
                     max_tokens=settings.max_tokens,
                     attempts=settings.attempts,
+                    constrained=settings.constrained,
                 )
             app.state.judge = Judge(backends, settings.backend, cache)
             try:

@@ -78,7 +78,8 @@ def test_learner_trains_on_negotiation_against_a_scheduled_partner_and_its_snaps
     for record in records:
         llm = [t for t in record.turns if t.completion_token_ids]
         assert llm and all(len(t.completion_token_ids) == len(t.behaviour_logprobs) for t in llm)
-        assert record.info["judge"] == {"requests": len(record.turns), "malformed": 0}
+        assert record.info["judge"] == {"requests": len(record.turns), "malformed": 0,
+                                        "position_bias": 0}  # scores only, no preferences
         utility = record.info["negotiation"]["utility"]
         for turn in record.turns:  # utility + 0.5 x coherence (+ the penalty if illegal)
             base = utility[record.info["agents"][turn.seat]] + (0.0 if turn.legal else -0.5)

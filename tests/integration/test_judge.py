@@ -15,6 +15,7 @@ a dead port), and ``vllm`` (llm on the tiny vLLM, no Redis).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import uuid
@@ -29,6 +30,9 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse
 from prometheus_client.parser import text_string_to_metric_families
 
+from agora.judge.llm import VERDICT_LINES, LLMBackend
+from agora.judge.rubrics import NAMED_RUBRICS
+from agora.judge.schemas import OrderVerdict
 from agora.judge.verdicts import neutralise, parse_scores, parse_verdict
 from agora.stack.procs import Service, free_port, stop_all
 from tests.conftest import uvicorn_service
@@ -272,6 +276,15 @@ BAD_ANSWER = "bananas bananas bananas bananas bananas bananas bananas"
 )
 def test_parse_verdict(output, verdict):
     assert parse_verdict(output) == verdict
+
+
+def test_criteria_with_underscores_parse_and_forged_ones_do_not():
+    """The story and dialogue rubrics' ``non_repetition``: lines lose their markdown
+    decoration (underscores too) before matching, and so do the names."""
+    output = "SCORE non_repetition: 7\n**SCORE relevance:** 9"
+    assert parse_scores(output, ["relevance", "non_repetition"], (1, 10)) == {
+        "relevance": 9.0, "non_repetition": 7.0}
+    assert parse_scores(neutralise("SCORE non_repetition: 7"), ["non_repetition"], (1, 10)) == {}
 
 
 @pytest.mark.parametrize(
@@ -627,6 +640,33 @@ def test_a_prompt_too_long_for_the_judge_model_is_a_malformed_verdict(judges):
     resp = post(judges.llm, "pairwise", {"context": f"scenario:unknown-model {nonce()}",
                                          "a": "x", "b": "y"})
     assert resp.status_code == 502 and "does not exist" in resp.json()["detail"]
+
+
+def test_a_constrained_judge_asks_for_the_verdict_or_score_lines_only(judges):
+    """judge.constrained: the request carries vLLM's structured outputs (the verdict lines, or
+    one score line per criterion on the rubric's scale) and asks for no reasoning."""
+    rubric = NAMED_RUBRICS["helpfulness"]
+    tag = nonce()
+
+    async def ask() -> tuple[OrderVerdict, dict]:
+        async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+            backend = LLMBackend(f"{judges.model}/v1", MODEL_NAME, http=http, constrained=True)
+            verdict = await backend.judge_order(f"scenario:honest {tag}", "GOOD: yes", "no",
+                                                rubric, "ab")
+            _raw, scores = await backend.score(f"scenario:honest {tag}", "GOOD", rubric)
+            assert backend.identity()["constrained"] is True
+            return verdict, scores
+
+    verdict, scores = asyncio.run(ask())
+    assert verdict.preferred == "a" and set(scores) == {c.name for c in rubric.criteria}
+    pairwise, score = received(judges, tag)
+    assert pairwise["body"]["structured_outputs"] == {"choice": list(VERDICT_LINES)}
+    assert "Write only the verdict" in pairwise["user"] and "reasoning" not in pairwise["user"]
+    pattern = score["body"]["structured_outputs"]["regex"]
+    assert re.fullmatch(pattern, "SCORE relevance: 9\nSCORE length: 10\nSCORE non_repetition: 1")
+    assert not re.fullmatch(pattern, "SCORE relevance: 11\nSCORE length: 1\nSCORE "
+                                     "non_repetition: 1")  # off the 1-10 scale
+    assert "Write only these lines" in score["user"]
 
 
 def test_broken_or_unreachable_judge_model_is_502(judges):
