@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
+from agora.config.agents import BaseModelConfig
 from agora.config.run import RunConfig, load_config
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_command
 from agora.stack.launcher import Stack
@@ -39,21 +40,36 @@ class Served:
 
 
 def served(cfg: RunConfig) -> dict[str, Served]:
-    """Each service's port and health route for ``cfg``, by the deployment's service name.
+    """Each service's port and health route for ``cfg``, by its name in ``cfg.all_ports()``
+    (a policy server per base: ``policy-<models key>``).
 
-    The policy server is vLLM: /health is its documented route (docs/architecture.md
+    The policy servers are vLLM: /health is its documented route (docs/architecture.md
     "Contracts"). The trainer's metrics server (prometheus_client) answers any path; /metrics
     is what the launcher's health check and Prometheus ask."""
     svc = cfg.services
-    (model,) = cfg.models.values()  # compose and k8s run one policy server
     return {
         "gateway": Served(svc.gateway_port, "/health", "services.gateway.app:app"),
         "reward": Served(svc.reward_port, "/health", "services.reward.app:app"),
         "judge": Served(svc.judge_port, "/health", "services.judge.app:app"),
         "trainer": Served(svc.trainer_metrics_port, "/metrics"),
-        "policy": Served(model.port, "/health"),
+        **{f"policy-{key}": Served(model.port, "/health") for key, model in cfg.models.items()},
         "redis": Served(svc.redis_port, ""),
     }
+
+
+def policy_servers(configs: list[Path]) -> dict[str, list[tuple[str, BaseModelConfig]]]:
+    """Each host a shipped run config's policy servers are reached at -> the models it must
+    serve, labelled ``<file>: models.<key>``.
+
+    Routed as the containers route them: the caller sets the deployment's AGORA_SERVICES, which
+    sends every base to ``policy`` but the one a second server serves (``policy-2``)."""
+    by_host: dict[str, list[tuple[str, BaseModelConfig]]] = {}
+    for path in configs:
+        cfg = load_config(path)
+        for key, model in cfg.models.items():
+            by_host.setdefault(cfg.service_host(f"policy-{key}"), []).append(
+                (f"{path.name}: models.{key}", model))
+    return by_host
 
 
 def launcher_stack(cfg: RunConfig) -> Stack:
@@ -86,34 +102,32 @@ def vllm_flags(args: list[str]) -> dict[str, str | bool]:
     return flags
 
 
-def embedded_vllm_flags(cfg: RunConfig) -> dict[str, str | bool]:
-    """The embedded stack's vLLM flags for the config's one model (hardware-dependent dtype
-    and block size left out: containers choose their own)."""
-    (model,) = cfg.models.values()
+def embedded_vllm_flags(model: BaseModelConfig) -> dict[str, str | bool]:
+    """The embedded stack's vLLM flags for one base (hardware-dependent dtype and block size
+    left out: containers choose their own)."""
     flags = vllm_flags(vllm_command("/model", model, "0.0.0.0")[3:])
     flags.pop("--dtype", None)
     flags.pop("--block-size", None)
     return flags
 
 
-def check_policy_server(args: list[str], configs: list[Path]) -> None:
-    """A policy server command (compose or k8s) serves every shipped run config: the embedded
-    stack's flags, its port, the served name the clients ask for, and LoRA limits at least as
-    large as each config's."""
+def check_policy_server(args: list[str], models: list[tuple[str, BaseModelConfig]]) -> None:
+    """A policy server command (compose, k8s or a Dockerfile) serves each of ``models``
+    (labelled pairs, as policy_servers gives them): the embedded stack's flags, the base's
+    port, the served name the clients ask for, and LoRA limits at least as large as each's."""
     flags = vllm_flags(args)
-    for path in configs:
-        cfg = load_config(path)
-        (model,) = cfg.models.values()
-        for flag in embedded_vllm_flags(cfg):
-            assert flag in flags, f"{path.name}: policy server lacks {flag}"
+    assert models, "no run config's base is served here"
+    for label, model in models:
+        for flag in embedded_vllm_flags(model):
+            assert flag in flags, f"{label}: policy server lacks {flag}"
         assert flags["--served-model-name"] == SERVED_BASE_NAME
         assert flags["--enable-lora"] is True
-        assert int(flags["--port"]) == model.port, path.name
-        assert flags["--model"] == f"/cache/models/{model.model}", path.name
+        assert int(flags["--port"]) == model.port, label
+        assert flags["--model"] == f"/cache/models/{model.model}", label
         for flag, need in (("--max-lora-rank", model.max_lora_rank),
                            ("--max-loras", model.max_loras),
                            ("--max-model-len", model.max_model_len)):
-            assert int(flags[flag]) >= need, f"{path.name}: {flag} {flags[flag]} < {need}"
+            assert int(flags[flag]) >= need, f"{label}: {flag} {flags[flag]} < {need}"
 
 
 def build_app(app_path: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> FastAPI:

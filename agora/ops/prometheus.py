@@ -41,6 +41,9 @@ COMPOSE_ROLLOUT_SERVICE = "rollout"
 # The policy server listens on the run config's models.<key>.port (8100), which its clients
 # use; the judge model on 8000 (docker-compose.yml; tests/integration/test_compose.py checks both).
 COMPOSE_VLLM_SERVERS = {"policy": "policy:8100", "judge": "judge-model:8000"}
+# A second base's policy server (compose profile two-base, AGORA_POLICY2_PORT's default): found
+# by DNS, so a stack that runs without it has no target down.
+COMPOSE_SECOND_POLICY = ("policy-2", 8101)
 
 
 def _config(interval: str, jobs: list[dict]) -> dict:
@@ -92,7 +95,14 @@ def render_compose(interval: str = DEFAULT_SCRAPE_INTERVAL) -> dict:
     jobs.insert(1, {"job_name": "agora-rollout", "dns_sd_configs": [
         {"names": [COMPOSE_ROLLOUT_SERVICE], "type": "A", "port": WORKER_METRICS_PORT,
          "refresh_interval": "30s"}]})
-    jobs.append(_vllm(COMPOSE_VLLM_SERVERS))
+    vllm = _vllm(COMPOSE_VLLM_SERVERS)
+    name, port = COMPOSE_SECOND_POLICY
+    vllm["dns_sd_configs"] = [{"names": [name], "type": "A", "port": port,
+                               "refresh_interval": "30s"}]
+    # Label what DNS found like the static targets (a static target has no __meta_dns_name).
+    vllm["relabel_configs"] = [{"source_labels": ["__meta_dns_name"], "regex": name,
+                                "target_label": "server", "replacement": name}]
+    jobs.append(vllm)
     return _config(interval, jobs)
 
 

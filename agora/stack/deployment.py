@@ -55,8 +55,21 @@ def apply_services_override(data: dict[str, Any],
     services = data.get("services") or {}
     if not isinstance(services, dict) or not isinstance(services.get("hosts") or {}, dict):
         return data  # let pydantic name the bad field
-    hosts = {**(services.get("hosts") or {}), **override.get("hosts", {})}
+    hosts = {**(services.get("hosts") or {}), **_routes_for(data, override.get("hosts", {}))}
     merged = {**services, **override}
     if hosts:
         merged["hosts"] = hosts
     return {**data, "services": merged}
+
+
+def _routes_for(data: dict[str, Any], hosts: dict[str, Any]) -> dict[str, Any]:
+    """The deployment's routes that apply to this config.
+
+    A deployment routes the policy servers of every config it may run (compose's second server
+    answers ``policy-<AGORA_POLICY2_BASE>``): a ``policy-<key>`` route for a base this config
+    does not have is not for it, and is dropped rather than rejected as an unknown service."""
+    models = data.get("models")
+    keys = set(models) if isinstance(models, dict) else set()
+    return {name: host for name, host in hosts.items()
+            if not (isinstance(name, str) and name.startswith("policy-")
+                    and name.removeprefix("policy-") not in keys)}

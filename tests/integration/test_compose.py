@@ -40,6 +40,7 @@ from tests.deploy_checks import (
     check_policy_server,
     get_routes,
     health_url,
+    policy_servers,
     served,
     trainer_flags,
     uvicorn_command,
@@ -51,8 +52,12 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECRETS = {"AGORA_GATEWAY_KEY_PEPPER": "pepper-for-tests",
            "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests"}
 PROFILES = ("gpu", "cpu")
+# The second base's policy server of each profile (configs/maporl_two_base.yaml), rendered
+# with it: every check below covers it too.
+SECOND_POLICY = {"gpu": "two-base", "cpu": "two-base-cpu"}
+TWO_BASE_CONFIG = "maporl_two_base.yaml"
 # One GPU each (docs/architecture.md "Scale"); the cpu profile runs the same services without.
-GPU_SERVICES = {"policy", "judge-model", "reward", "trainer"}
+GPU_SERVICES = {"policy", "policy-2", "judge-model", "reward", "trainer"}
 RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
 
 
@@ -80,10 +85,15 @@ def render(*args: str, env: dict[str, str] | None = None) -> dict:
     return json.loads(result.stdout)
 
 
+def render_profile(profile: str, env: dict[str, str] | None = None) -> dict:
+    """The canonical model of a profile with its second policy server."""
+    return render("--profile", profile, "--profile", SECOND_POLICY[profile], env=env)
+
+
 @pytest.fixture(scope="module")
 def projects() -> dict[str, dict]:
     """The canonical model of each profile, as Compose renders it."""
-    return {profile: render("--profile", profile) for profile in PROFILES}
+    return {profile: render_profile(profile) for profile in PROFILES}
 
 
 def dns_names(name: str, svc: dict) -> set[str]:
@@ -150,7 +160,7 @@ def app_env(svc: dict) -> dict[str, str]:
 
 def test_both_profiles_parse_and_gpu_is_the_default(projects):
     default = render()  # the repo's .env sets COMPOSE_PROFILES=gpu
-    assert set(default["services"]) == set(projects["gpu"]["services"])
+    assert set(default["services"]) == set(projects["gpu"]["services"]) - {"policy-2"}
     logical = {p: {next(iter(dns_names(n, s) & GPU_SERVICES), n)
                    for n, s in projects[p]["services"].items()} for p in PROFILES}
     assert logical["gpu"] == logical["cpu"], "the cpu profile must run the same services"
@@ -197,16 +207,21 @@ def test_dependencies_wait_for_health_checks(projects):
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_services_listen_and_answer_where_the_code_says(projects, profile, monkeypatch):
-    services = projects[profile]["services"]
+@pytest.mark.parametrize("run", ["default", TWO_BASE_CONFIG])
+def test_services_listen_and_answer_where_the_code_says(projects, profile, run, monkeypatch):
+    project = (projects[profile] if run == "default"
+               else render_profile(profile, env={"AGORA_RUN_CONFIG": run}))
+    services = project["services"]
     hosts = by_host(services)
     trainer = hosts["trainer"]
     cfg = run_config(trainer, monkeypatch)
     assert cfg.services.host == "0.0.0.0", "the trainer must bind its metrics for Prometheus"
-    agent = cfg.agents[0].name
+    if run != "default":  # each base on its own server, each agent asking its base's
+        assert len(cfg.models) == 2
+        assert {cfg.policy_url(agent.name) for agent in cfg.agents} == {
+            "http://policy:8100", "http://policy-2:8101"}
     for name, want in served(cfg).items():
-        url = cfg.policy_url(agent) if name == "policy" else cfg.service_url(name)
-        host, port = url.removeprefix("http://").split(":")
+        host, port = cfg.service_url(name).removeprefix("http://").split(":")
         assert host in hosts, f"the config's {name} host {host!r} is no compose service"
         svc = hosts[host]
         assert int(port) == want.port
@@ -220,7 +235,7 @@ def test_services_listen_and_answer_where_the_code_says(projects, profile, monke
             assert svc["command"] == uvicorn_command(cfg, want.app, want.port)
             app = build_app(want.app, app_env(svc), monkeypatch)
             assert want.health in get_routes(app), f"{want.app} has no GET {want.health}"
-        elif name == "policy":
+        elif name.startswith("policy-"):
             assert port_arg(svc) == want.port
 
 
@@ -251,22 +266,26 @@ def test_trainer_and_workers_run_the_launchers_commands(projects, profile, monke
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_vllm_servers_serve_every_run_config(projects, profile):
+def test_vllm_servers_serve_every_run_config(projects, profile, monkeypatch):
     services = projects[profile]["services"]
     hosts = by_host(services)
-    policy = hosts["policy"]
-    check_policy_server(policy["command"], RUN_CONFIGS)
-    assert health_check(policy)[1:] == (port_arg(policy), "/health")
-    lora_updates = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
-    assert policy["environment"][lora_updates] == vllm_env({})[lora_updates]
-    if profile == "cpu":
-        flags = vllm_flags(policy["command"])
-        assert int(flags["--block-size"]) == load_config(DEFAULT_CONFIG).models["smol"].block_size
-    # The models the servers load are the ones the `models` step converts into the volume.
+    monkeypatch.setenv(SERVICES_ENV, hosts["trainer"]["environment"][SERVICES_ENV])
+    servers = policy_servers(RUN_CONFIGS)
+    assert set(servers) == {"policy", "policy-2"}  # the second: maporl_two_base's qwen
     models = services["models"]
-    names = models["command"][-1].split()
-    assert all(load_config(p).models["smol"].model in names for p in RUN_CONFIGS)
-    assert volume_at(models, "/cache") == volume_at(policy, "/cache") == "models"
+    for host, served_models in servers.items():
+        policy = hosts[host]
+        check_policy_server(policy["command"], served_models)
+        assert health_check(policy)[1:] == (port_arg(policy), "/health")
+        lora_updates = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+        assert policy["environment"][lora_updates] == vllm_env({})[lora_updates]
+        if profile == "cpu":
+            flags = vllm_flags(policy["command"])
+            assert int(flags["--block-size"]) == served_models[0][1].block_size
+        # The models the servers load are the ones the `models` step converts into the volume.
+        names = models["command"][-1].split()
+        assert all(model.model in names for _, model in served_models), host
+        assert volume_at(models, "/cache") == volume_at(policy, "/cache") == "models"
     # The judge asks judge-model, by the name and port it serves.
     judge_model, judge = hosts["judge-model"], services["judge"]
     settings = JudgeSettings.from_env(judge["environment"])
@@ -305,8 +324,12 @@ def test_monitoring_files_point_at_compose_services(projects, profile):
                     health_check(svc)[1]
                 assert int(port) == listens, f"{job['job_name']}: {target}"
         for sd in job.get("dns_sd_configs", []):
-            assert sd["names"] == ["rollout"]
-            assert str(sd["port"]) == services["rollout"]["environment"][WORKER_METRICS_PORT_ENV]
+            (host,) = sd["names"]
+            if host == "rollout":
+                assert str(sd["port"]) == services["rollout"]["environment"][
+                    WORKER_METRICS_PORT_ENV]
+            else:  # the second policy server, when its profile runs
+                assert sd["port"] == port_arg(hosts[host]) == health_check(hosts[host])[1]
     assert "--web.listen-address=0.0.0.0:9090" in prometheus["command"]
     provisioning = host_path(grafana, "/etc/grafana/provisioning/x").parent
     sources = yaml.safe_load(next((provisioning / "datasources").glob("*.y*ml")).read_text())
@@ -376,7 +399,7 @@ def test_the_gpu_trainer_image_installs_flash_attn(projects):
     assert "--no-build-isolation" in install  # flash-attn builds against the image's torch
 
 
-def test_base_and_policy_dockerfiles(projects):
+def test_base_and_policy_dockerfiles(projects, monkeypatch):
     base = dockerfile(ROOT / "services/base.Dockerfile")
     bootstrap = (ROOT / "scripts/bootstrap.sh").read_text()
     pyproject = (ROOT / "pyproject.toml").read_text()
@@ -396,7 +419,9 @@ def test_base_and_policy_dockerfiles(projects):
     assert exec_form(policy_file["ENTRYPOINT"][0]) == [
         "python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in policy_file["ENV"][0]
-    check_policy_server(exec_form(policy_file["CMD"][0]), RUN_CONFIGS)
+    monkeypatch.setenv(SERVICES_ENV, projects["gpu"]["services"]["trainer"]["environment"]
+                       [SERVICES_ENV])
+    check_policy_server(exec_form(policy_file["CMD"][0]), policy_servers(RUN_CONFIGS)["policy"])
     for profile, image in (("gpu", "vllm/vllm-openai:"), ("cpu", "vllm/vllm-openai-cpu:")):
         policy = by_host(projects[profile]["services"])["policy"]
         assert policy["build"]["args"]["VLLM_IMAGE"].startswith(image)
@@ -421,6 +446,14 @@ def test_services_override_moves_every_client(monkeypatch):
     monkeypatch.setenv(SERVICES_ENV, "{hosts: {rewrd: reward}}")
     with pytest.raises(ConfigError, match=r"services.hosts: unknown service\(s\) \['rewrd'\]"):
         load_config(DEFAULT_CONFIG)
+    # A route to a base's own server applies where the config has that base, and only there.
+    monkeypatch.setenv(SERVICES_ENV, "{hosts: {policy: vllm-a, policy-qwen: vllm-b}}")
+    assert "policy-qwen" not in load_config(DEFAULT_CONFIG).services.hosts
+    two = load_config(ROOT / "configs" / TWO_BASE_CONFIG)
+    assert (two.policy_url("alice"), two.policy_url("bob")) == ("http://vllm-a:8100",
+                                                                "http://vllm-b:8101")
+    with pytest.raises(ConfigError, match=r"unknown service\(s\) \['policy-qwen'\]"):
+        load_config(DEFAULT_CONFIG, overrides=["services.hosts.policy-qwen=vllm-b"])
     monkeypatch.setenv(SERVICES_ENV, "[reward]")
     with pytest.raises(ConfigError, match=f"{SERVICES_ENV} must be a mapping"):
         load_config(DEFAULT_CONFIG)

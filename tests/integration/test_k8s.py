@@ -28,6 +28,7 @@ from tests.deploy_checks import (
     check_policy_server,
     get_routes,
     health_url,
+    policy_servers,
     served,
     trainer_flags,
     uvicorn_command,
@@ -37,7 +38,10 @@ from tests.deploy_checks import (
 
 K8S = ROOT / "k8s"
 KUBERNETES_VERSION = "1.31.0"
-GPU_WORKLOADS = {"policy", "judge-model", "reward", "trainer"}
+GPU_WORKLOADS = {"policy", "policy-2", "judge-model", "reward", "trainer"}
+# k8s/overlays/<variant> (base: k8s/base); the two-base ones add a second policy server.
+VARIANTS = ("base", "gpu", "two-base", "gpu-two-base")
+GPU_VARIANTS = {"gpu", "gpu-two-base"}
 RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
 SECRET_VALUE = "secret-for-tests"
 
@@ -57,7 +61,8 @@ def kustomize(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def built() -> dict[str, list[dict]]:
-    return {"base": kustomize(K8S / "base"), "gpu": kustomize(K8S / "overlays" / "gpu")}
+    return {variant: kustomize(K8S / "base" if variant == "base" else K8S / "overlays" / variant)
+            for variant in VARIANTS}
 
 
 def find(resources: list[dict], kind: str, name: str) -> dict:
@@ -111,7 +116,7 @@ def run_config(resources: list[dict], tmp_path: Path, monkeypatch: pytest.Monkey
 # --- built and valid -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["base", "gpu"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_every_resource_is_valid_kubernetes(built, variant):
     kinds = {r["kind"] for r in built[variant]}
     assert {"Deployment", "Service", "PersistentVolumeClaim", "ConfigMap", "Job",
@@ -139,14 +144,18 @@ def test_the_validator_rejects_what_a_cluster_would(built):
 # --- ports, probes and commands against the code ---------------------------------------------
 
 
-def test_services_listen_and_probe_where_the_code_says(built, tmp_path, monkeypatch):
-    resources = built["base"]
+@pytest.mark.parametrize("variant", ["base", "two-base"])
+def test_services_listen_and_probe_where_the_code_says(built, variant, tmp_path, monkeypatch):
+    resources = built[variant]
     cfg = run_config(resources, tmp_path, monkeypatch)
     assert cfg.services.host == "0.0.0.0", "the trainer must bind its metrics for Prometheus"
-    agent = cfg.agents[0].name
+    if variant == "two-base":  # the shipped two-base config, each agent asking its base's server
+        assert config_map(resources, "agora-run-config")["data"]["run.yaml"] == (
+            ROOT / "configs" / "maporl_two_base.yaml").read_text()
+        assert {cfg.policy_url(agent.name) for agent in cfg.agents} == {
+            "http://policy:8100", "http://policy-2:8101"}
     for name, want in served(cfg).items():
-        url = cfg.policy_url(agent) if name == "policy" else cfg.service_url(name)
-        host, port = url.removeprefix("http://").split(":")
+        host, port = cfg.service_url(name).removeprefix("http://").split(":")
         service = find(resources, "Service", host)  # the config's host is the Service's name
         (service_port,) = service["spec"]["ports"]
         assert service_port["port"] == int(port) == want.port, name
@@ -167,7 +176,7 @@ def test_services_listen_and_probe_where_the_code_says(built, tmp_path, monkeypa
             env["AGORA_CONFIG"] = str(tmp_path / "run.yaml")
             app = build_app(want.app, env, monkeypatch)
             assert want.health in get_routes(app), f"{want.app} has no GET {want.health}"
-        elif name == "policy":
+        elif name.startswith("policy-"):
             assert int(vllm_flags(container["args"])["--port"]) == want.port
 
 
@@ -218,16 +227,25 @@ def test_trainer_workers_and_volumes(built, tmp_path, monkeypatch):
     assert port_of(worker, rollout_service["spec"]["ports"][0]["targetPort"]) == metrics_port
 
 
-def test_vllm_servers_and_the_judge(built):
-    resources = built["base"]
-    policy_pod = workload(resources, "policy")
-    (vllm,) = policy_pod["containers"]
-    check_policy_server(vllm["args"], RUN_CONFIGS)
-    assert vllm["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
-    env = {e["name"]: e["value"] for e in vllm["env"]}
-    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
-    (init,) = policy_pod["initContainers"]
-    assert vllm_flags(vllm["args"])["--model"] == f"/cache/models/{init['command'][-1]}"
+def test_vllm_servers_and_the_judge(built, monkeypatch):
+    """Every shipped config's bases are served, routed as the two-base variant's pods route
+    them (its AGORA_SERVICES sends maporl_two_base's `qwen` to policy-2, all else to policy)."""
+    resources = built["two-base"]
+    monkeypatch.setenv(SERVICES_ENV, config_map(resources, "agora-env")["data"][SERVICES_ENV])
+    servers = policy_servers(RUN_CONFIGS)
+    assert set(servers) == {"policy", "policy-2"}
+    for host, models in servers.items():
+        policy_pod = workload(resources, host)
+        (vllm,) = policy_pod["containers"]
+        check_policy_server(vllm["args"], models)
+        assert vllm["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+        env = {e["name"]: e["value"] for e in vllm["env"]}
+        assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+        (init,) = policy_pod["initContainers"]
+        assert vllm_flags(vllm["args"])["--model"] == f"/cache/models/{init['command'][-1]}"
+        (service_port,) = find(resources, "Service", host)["spec"]["ports"]
+        assert service_port["port"] == int(vllm_flags(vllm["args"])["--port"])
+    assert workload(built["base"], "policy") == workload(resources, "policy")
     judge = workload(resources, "judge")["containers"][0]
     settings = JudgeSettings.from_env(container_env(resources, judge))
     host, port, path = health_url(settings.base_url + "/")
@@ -239,7 +257,7 @@ def test_vllm_servers_and_the_judge(built):
 
 
 def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
-    for variant in ("base", "gpu"):
+    for variant in VARIANTS:
         for resource in built[variant]:
             if resource["kind"] not in ("Deployment", "StatefulSet", "Job"):
                 continue
@@ -247,19 +265,20 @@ def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
             for container in resource["spec"]["template"]["spec"]["containers"]:
                 limits = container.get("resources", {}).get("limits", {})
                 wants = limits.get("nvidia.com/gpu") == "1"
-                assert wants == (variant == "gpu" and name in GPU_WORKLOADS), f"{variant}/{name}"
-                if name in ("policy", "judge-model"):
+                gpu = variant in GPU_VARIANTS
+                assert wants == (gpu and name in GPU_WORKLOADS), f"{variant}/{name}"
+                if name in ("policy", "policy-2", "judge-model"):
                     cuda = container["image"].startswith("vllm/vllm-openai:")
-                    assert cuda == (variant == "gpu"), container["image"]
+                    assert cuda == gpu, f"{variant}/{name}: {container['image']}"
                 if name == "trainer":  # the image built with flash-attn
                     gpu_image = container["image"].startswith("agora-trainer-gpu")
-                    assert gpu_image == (variant == "gpu"), container["image"]
+                    assert gpu_image == gpu, container["image"]
                     # NCCL between trainer.processes needs a memory-backed /dev/shm.
                     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
                     volumes = {v["name"]: v for v in resource["spec"]["template"]["spec"]
                                ["volumes"]}
                     shm = volumes.get(mounts.get("/dev/shm"), {}).get("emptyDir", {})
-                    assert (shm.get("medium") == "Memory") == (variant == "gpu")
+                    assert (shm.get("medium") == "Memory") == gpu
                     assert {"/configs", "/cache", "/runs"} <= set(mounts)
 
 
