@@ -63,6 +63,10 @@ class JudgeConfig(StrictModel):
     # preference verdict in 512) answers through vLLM's structured outputs instead: only the verdict
     # or score lines can be sampled, no reasoning. Needs a vLLM judge server.
     constrained: bool = Field(False, description="verdict / score lines only (vLLM)")
+    # Read the verdict from the judge model's next-token probabilities (G-Eval) instead of its
+    # sampled text: a graded preference and score where a small model's sampled verdict is a
+    # constant (agora/judge/llm.py). One token per verdict, so max_tokens does not matter.
+    logprobs: bool = Field(False, description="verdicts from next-token probabilities")
 
 
 class EvalConfig(StrictModel):

@@ -13,6 +13,13 @@ of a silent preference.
 ``prob_a`` is the mean of the two orders' preference for a (a verdict A/B/TIE counts 1/0/0.5;
 the rubric backend gives a graded preference from its score difference).
 
+Verdicts read from the judge model's probabilities (``judge.logprobs``) are combined in log-odds
+instead: if the judge's log-odds for slot A are a slot bias plus the quality difference of the
+two candidates, then half the difference of the two orders' log-odds is that quality difference
+with the bias cancelled, and ``prob_a`` = sigmoid of it. A judge that says "A" with 98% and 97%
+in the two orders (the bias of SmolLM2-135M) then prefers a with 0.51, not the 0.5005 the mean
+would give: the same order of preference, on a scale that a reward can feel.
+
 Only verdicts with ``parsed_ok`` are cached: a malformed output is not a verdict, and the next
 request should ask again rather than be served the failure for a week.
 """
@@ -20,6 +27,7 @@ request should ask again rather than be served the failure for a week.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -80,16 +88,25 @@ class Combined:
     parsed_ok: bool
 
 
-def combine(ab: OrderVerdict, ba: OrderVerdict) -> Combined:
+def combine(ab: OrderVerdict, ba: OrderVerdict, in_log_odds: bool = False) -> Combined:
     """See the module docstring for the rules."""
     if ab.preferred is None or ba.preferred is None:
         return Combined("tie", 0.5, position_bias=False, parsed_ok=False)
     p_ab = ab.prob_first if ab.prob_first is not None else slot_probability(ab.verdict)
     p_ba = ba.prob_first if ba.prob_first is not None else slot_probability(ba.verdict)
-    prob_a = round((p_ab + (1.0 - p_ba)) / 2.0, PRECISION)
+    if in_log_odds:
+        quality = (log_odds(p_ab) - log_odds(p_ba)) / 2.0
+        prob_a = round(1.0 / (1.0 + math.exp(-quality)), PRECISION)
+    else:
+        prob_a = round((p_ab + (1.0 - p_ba)) / 2.0, PRECISION)
     if ab.preferred == ba.preferred:
         return Combined(ab.preferred, prob_a, position_bias=False, parsed_ok=True)
     return Combined("tie", prob_a, position_bias=True, parsed_ok=True)
+
+
+def log_odds(p: float, eps: float = 1e-6) -> float:
+    p = min(max(p, eps), 1.0 - eps)
+    return math.log(p / (1.0 - p))
 
 
 class Judge:
@@ -156,7 +173,7 @@ class Judge:
             return cached
 
         ab, ba = await self._both_orders(backend, req, rubric)
-        result = combine(ab, ba)
+        result = combine(ab, ba, in_log_odds=getattr(backend, "logprobs", False))
         malformed = sum(v.verdict is None for v in (ab, ba))
         if malformed:
             JUDGE_MALFORMED.labels("pairwise", backend.name).inc(malformed)

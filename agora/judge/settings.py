@@ -9,6 +9,7 @@ image runs locally, in compose and in k8s).
 | ``AGORA_JUDGE_API_KEY`` | (none) | sent as ``Authorization: Bearer ...`` |
 | ``AGORA_JUDGE_MAX_TOKENS`` | ``512`` | generation budget per judge call |
 | ``AGORA_JUDGE_CONSTRAINED`` | ``false`` | verdict and score lines only (vLLM structured outputs) |
+| ``AGORA_JUDGE_LOGPROBS`` | ``false`` | verdicts from next-token probabilities (G-Eval) |
 | ``AGORA_JUDGE_TIMEOUT_S`` | ``120`` | read timeout per judge call |
 | ``AGORA_JUDGE_ATTEMPTS`` | ``3`` | tries per call on connection errors / 5xx |
 | ``AGORA_JUDGE_CACHE_TTL_S`` | ``604800`` | verdict cache TTL (7 days) |
@@ -45,6 +46,7 @@ class JudgeSettings(EnvSettings):
     api_key: str | None = Field(None, repr=False)
     max_tokens: int = Field(512, ge=1)
     constrained: bool = False
+    logprobs: bool = False
     timeout_s: float = Field(120.0, gt=0)
     attempts: int = Field(3, ge=1)
     cache_ttl_s: int = Field(DEFAULT_TTL_S, ge=1)
@@ -66,7 +68,8 @@ def service_env(cfg: RunConfig, redis_url: str) -> dict[str, str]:
     from agora.serving.vllm_server import SERVED_BASE_NAME
 
     env = {f"{PREFIX}BACKEND": cfg.judge.backend, f"{PREFIX}MAX_TOKENS": str(cfg.judge.max_tokens),
-           f"{PREFIX}CONSTRAINED": str(cfg.judge.constrained).lower(), "REDIS_URL": redis_url}
+           f"{PREFIX}CONSTRAINED": str(cfg.judge.constrained).lower(),
+           f"{PREFIX}LOGPROBS": str(cfg.judge.logprobs).lower(), "REDIS_URL": redis_url}
     if (url := cfg.judge_model_url()) is not None:
         env[f"{PREFIX}BASE_URL"] = url
         # A judge on a policy server of the run asks for that server's base model.

@@ -123,3 +123,64 @@ def slot_to_candidate(slot: str | None, order: str) -> str | None:
 def slot_probability(slot: str | None) -> float | None:
     """Preference for slot A implied by a hard verdict."""
     return {"A": 1.0, "B": 0.0, "TIE": 0.5}.get(slot) if slot else None
+
+
+# --- verdicts read from the judge model's next-token probabilities (judge.logprobs) -------------
+#
+# Why: a small judge model's *sampled* verdict is nearly always the same slot or score (greedy
+# SmolLM2-135M wrote "A" for both orders of 640 of 640 training pairs), so the reward it gives is
+# flat. Its probabilities still move a little with the candidates' quality; reading them (as
+# G-Eval does for scores) gives a graded verdict instead of a constant.
+
+
+def slot_distribution(top: list[tuple[str, float]]) -> dict[str, float] | None:
+    """P(A), P(B), P(TIE) from the top next tokens after ``VERDICT:`` (token text, probability),
+    renormalised over the tokens that spell a slot. " A" and "A" are one slot; "T", "TI" and
+    "TIE" start TIE; whitespace and anything else is dropped. None when no token names a slot
+    (the verdict is then malformed)."""
+    mass = {"A": 0.0, "B": 0.0, "TIE": 0.0}
+    for token, prob in top:
+        text = token.strip().upper()
+        if text in ("A", "B"):
+            mass[text] += prob
+        elif text.startswith("T") and "TIE".startswith(text):
+            mass["TIE"] += prob
+    total = sum(mass.values())
+    if total <= 0.0:
+        return None
+    return {slot: value / total for slot, value in mass.items()}
+
+
+def number_distribution(top: list[tuple[str, float]]) -> dict[int, float]:
+    """Next-token probability of each number token (" 7" and "7" alike; "10" where the
+    tokeniser has it as one token), not normalised."""
+    mass: dict[int, float] = {}
+    for token, prob in top:
+        text = token.strip()
+        if text.isascii() and text.isdigit():
+            mass[int(text)] = mass.get(int(text), 0.0) + prob
+    return mass
+
+
+def expected_score(first: dict[int, float], ten_after_one: float | None,
+                   scale: tuple[int, int]) -> float | None:
+    """The probability-weighted score on ``scale`` (G-Eval), from the first digit's distribution.
+
+    A score of 10 starts with the digit 1 in tokenisers that split numbers into digits
+    (SmolLM2's do), so on a scale reaching 10 the mass of "1" is split by ``ten_after_one``,
+    the probability that a "0" follows it. Digits off the scale are dropped; None when no
+    on-scale digit has any mass."""
+    low, high = scale
+    one = first.get(1, 0.0)
+    mass = {value: p for value, p in first.items() if low <= value <= high and value != 1}
+    if one > 0.0:
+        # Off a scale that starts above 1, a "1" can only begin 10.
+        to_ten = 0.0 if high < 10 else 1.0 if low > 1 else (ten_after_one or 0.0)
+        if to_ten > 0.0:
+            mass[10] = mass.get(10, 0.0) + one * to_ten
+        if low <= 1 and to_ten < 1.0:
+            mass[1] = one * (1.0 - to_ten)
+    total = sum(mass.values())
+    if total <= 0.0:
+        return None
+    return sum(value * p for value, p in mass.items()) / total

@@ -62,6 +62,7 @@ def create_app(
                     max_tokens=settings.max_tokens,
                     attempts=settings.attempts,
                     constrained=settings.constrained,
+                    logprobs=settings.logprobs,
                 )
             app.state.judge = Judge(backends, settings.backend, cache)
             try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 import uuid
 from collections import Counter
@@ -30,10 +31,18 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse
 from prometheus_client.parser import text_string_to_metric_families
 
+from agora.judge.core import combine
 from agora.judge.llm import VERDICT_LINES, LLMBackend
 from agora.judge.rubrics import NAMED_RUBRICS
 from agora.judge.schemas import OrderVerdict
-from agora.judge.verdicts import neutralise, parse_scores, parse_verdict
+from agora.judge.verdicts import (
+    expected_score,
+    neutralise,
+    number_distribution,
+    parse_scores,
+    parse_verdict,
+    slot_distribution,
+)
 from agora.stack.procs import Service, free_port, stop_all
 from tests.conftest import uvicorn_service
 
@@ -744,3 +753,92 @@ def test_real_vllm_garbage_is_a_counted_malformed_verdict(vllm_judge):
     assert s["parsed_ok"] is False and s["overall"] is None
     after = metric(vllm_judge, "agora_judge_malformed_verdicts_total", backend="llm")
     assert after == before + 3  # two orders + one score
+
+
+@pytest.fixture(scope="module")
+def vllm_logprob_judge(vllm_tiny, logs_dir) -> Iterator[str]:
+    """judge.logprobs (+ constrained): verdicts read from the real vLLM's next-token
+    probabilities, only verdict tokens allowed."""
+    base_url, _ = vllm_tiny
+    svc, url = judge_service(
+        "judge-vllm-logprobs", logs_dir,
+        AGORA_JUDGE_BACKEND="llm", AGORA_JUDGE_BASE_URL=base_url, AGORA_JUDGE_MODEL="base",
+        AGORA_JUDGE_CONSTRAINED="true", AGORA_JUDGE_LOGPROBS="true",
+    )
+    svc.start()
+    try:
+        svc.wait_healthy(120)
+        yield url
+    finally:
+        svc.stop()
+
+
+def test_real_vllm_probabilities_give_graded_verdicts_and_scores(vllm_logprob_judge):
+    """Even the random tiny model gives a verdict and a score every time: a distribution over
+    the allowed verdict tokens, a graded preference from the two orders, scores on the scale."""
+    before = metric(vllm_logprob_judge, "agora_judge_malformed_verdicts_total", backend="llm")
+    v = ok(vllm_logprob_judge, "pairwise",
+           {"context": CAPITAL, "a": GOOD_ANSWER, "b": BAD_ANSWER})
+    assert v["parsed_ok"] is True and 0.0 < v["prob_a"] < 1.0
+    for order in v["orders"]:
+        probs = dict(re.findall(r"P\((A|B|TIE)\)=([0-9.]+)", order["raw"]))
+        assert set(probs) == {"A", "B", "TIE"}
+        assert sum(float(p) for p in probs.values()) == pytest.approx(1.0, abs=1e-3)
+        assert order["verdict"] == max(probs, key=lambda slot: float(probs[slot]))
+        assert order["prob_first"] == pytest.approx(float(probs["A"]) + float(probs["TIE"]) / 2,
+                                                    abs=1e-3)
+    # Combined in log-odds: the slot bias cancels, the quality difference stays.
+    ab, ba = (o["prob_first"] for o in v["orders"])
+    quality = (math.log(ab / (1 - ab)) - math.log(ba / (1 - ba))) / 2
+    assert v["prob_a"] == pytest.approx(1 / (1 + math.exp(-quality)), abs=2e-3)
+    s = ok(vllm_logprob_judge, "score", {"context": CAPITAL, "response": GOOD_ANSWER,
+                                         "rubric": "helpfulness"})
+    assert s["parsed_ok"] is True and set(s["scores"]) == {"relevance", "length",
+                                                           "non_repetition"}
+    assert all(1.0 <= value <= 10.0 for value in s["scores"].values())
+    assert any(value != round(value) for value in s["scores"].values())  # expected values
+    assert metric(vllm_logprob_judge, "agora_judge_malformed_verdicts_total",
+                  backend="llm") == before
+
+
+@pytest.mark.parametrize(("top", "slots"), [
+    ([(" A", 0.6), ("A", 0.1), (" B", 0.2), (" T", 0.05), (" TI", 0.05)],
+     {"A": 0.7, "B": 0.2, "TIE": 0.1}),
+    ([(" The", 0.9), (" B", 0.05), (" ", 0.05)], {"A": 0.0, "B": 1.0, "TIE": 0.0}),
+    ([(" The", 0.9), ("\n", 0.1)], None),  # no slot named: malformed
+])
+def test_slot_distribution(top, slots):
+    got = slot_distribution(top)
+    assert got == slots if slots is None else got == pytest.approx(slots)
+
+
+@pytest.mark.parametrize(("first", "ten_after_one", "scale", "expected"), [
+    ({3: 0.5, 4: 0.5}, None, (1, 10), 3.5),
+    ({1: 0.5, 9: 0.5}, 1.0, (1, 10), 9.5),    # every "1" begins "10"
+    ({1: 0.5, 9: 0.5}, 0.0, (1, 10), 5.0),    # every "1" is 1
+    ({1: 0.4, 5: 0.4, 7: 0.2}, None, (1, 5), 3.0),  # off the scale: 7 dropped
+    ({1: 1.0}, None, (5, 10), 10.0),          # a scale from 5: a "1" can only begin 10
+    ({0: 1.0}, None, (1, 10), None),          # nothing on the scale
+])
+def test_expected_score(first, ten_after_one, scale, expected):
+    got = expected_score(first, ten_after_one, scale)
+    assert got == expected if expected is None else got == pytest.approx(expected)
+
+
+def test_number_tokens_read_with_or_without_a_space():
+    assert number_distribution([(" 7", 0.5), ("7", 0.1), ("10", 0.2), (" x", 0.2)]) == \
+        pytest.approx({7: 0.6, 10: 0.2})
+
+
+def test_orders_combined_in_log_odds_cancel_a_slot_bias():
+    """Both orders say slot A (98% then 97%): the mean barely moves off 0.5, log-odds shows
+    the judge leaning to a; the same verdicts swapped lean to b by as much."""
+    ab = OrderVerdict(order="ab", raw="", verdict="A", preferred="a", prob_first=0.98)
+    ba = OrderVerdict(order="ba", raw="", verdict="A", preferred="b", prob_first=0.97)
+    plain, graded = combine(ab, ba), combine(ab, ba, in_log_odds=True)
+    assert plain.position_bias and graded.position_bias and graded.winner == "tie"
+    assert plain.prob_a == pytest.approx(0.505, abs=1e-3)
+    assert graded.prob_a == pytest.approx(0.5 + 0.05, abs=0.01) and graded.prob_a > plain.prob_a
+    swapped = combine(ab.model_copy(update={"prob_first": 0.97}),
+                      ba.model_copy(update={"prob_first": 0.98}), in_log_odds=True)
+    assert swapped.prob_a == pytest.approx(1 - graded.prob_a, abs=1e-3)
