@@ -29,3 +29,15 @@ def test_ppo_update_bench_runs_on_the_current_learner(tmp_path):
     section = results.read_text()
     for row in ("floor (fwd+bwd)", "PPO update, sharing on", "PPO update, sharing off"):
         assert row in section
+
+
+def test_judge_signal_bench_runs_both_readings(tmp_path):
+    """bench/judge_signal.py on tiny-random: a vLLM server, both readings, one table."""
+    results = tmp_path / "results.md"
+    done = subprocess.run(
+        [sys.executable, "bench/judge_signal.py", "--model", "tiny-random"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    section = results.read_text()
+    assert "| sampled (constrained) |" in section and "| probabilities (logprobs) |" in section
