@@ -19,7 +19,8 @@ runs on rank 0 only; the other ranks build the same learners and ``follow``
 (``learners.run_follower``).
 
 Crash safety: stream entries are acked only once a checkpoint containing their effect is on
-disk, so a trainer killed mid-update re-reads them on ``--resume``; versions never go backwards
+disk, so a trainer killed mid-update re-reads them on ``--resume`` (and one killed after the
+checkpoint, before the XACK, does not: the checkpoint names them); versions never go backwards
 (if Redis is ahead of the checkpoint, the checkpoint's weights are republished under a new,
 higher version number). A policy server that restarts gets every agent's current adapter back
 (agora/serving/adapter_keeper.py); a Redis restart is ridden out by retries
@@ -109,8 +110,15 @@ class Trainer:
         resumed = self.checkpoints.resume(self.learners) if self.resume else None
         if resumed is not None:
             self.update_index = resumed.update_index
+            # What the checkpoint holds is done, acked or not (a kill between its rename and
+            # the XACK): never trained twice.
+            self.stream.ack(resumed.consumed)
+        if self.resume:
+            # Delivered to the dead trainer and not in a checkpoint (also when it died before
+            # its first): read again, first.
             pending = self.feed.reread_pending()
-            log.info("resumed from %s (update %d, %d pending entries)", resumed.path,
+            log.info("resumed from %s (update %d, %d pending entries)",
+                     resumed.path if resumed else "no checkpoint (fresh learners)",
                      self.update_index, pending)
         for name, learner in self.learners.items():
             version = first_version(name, resumed, self.stream)
