@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
+from results import append_section, markdown_table
 
 from agora.config.agents import BaseModelConfig
 from agora.judge.core import combine
@@ -28,7 +29,6 @@ from agora.judge.rubrics import NAMED_RUBRICS
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 from agora.stack.procs import free_port
-from results import append_section, markdown_table
 
 # (context, good answer, bad answer)
 PAIRS = [
