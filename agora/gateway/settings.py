@@ -12,6 +12,7 @@ config, so the same image runs in the embedded stack, compose and k8s).
 | ``AGORA_GATEWAY_EPISODE_TTL_S`` | ``3600`` | idle episodes are forgotten after this |
 | ``AGORA_GATEWAY_RUNS_DIR`` | ``runs`` | folder of the runs started through ``/v1/runs`` |
 | ``AGORA_GATEWAY_STOP_GRACE_S`` | ``60`` | a stopped run gets this long to exit before SIGKILL |
+| ``AGORA_GATEWAY_ALLOWED_ORIGINS`` | (none) | comma-separated sites whose pages may call it |
 | ``AGORA_REDIS_URL`` / ``REDIS_URL`` | (none) | keys, rate limits, episodes, runs, versions |
 | ``AGORA_RUN_ID``, ``AGORA_RUN_DIR`` | (none) | the run whose versions and metrics to serve |
 
@@ -67,11 +68,17 @@ class GatewaySettings(EnvSettings):
     episode_ttl_s: int = Field(3600, ge=1)
     runs_dir: Path = Path("runs")
     stop_grace_s: float = 60.0
+    # Browsers' cross-site requests are refused unless from these origins
+    # (agora/gateway/browser_guard.py), e.g. "https://dashboard.example.com".
+    allowed_origins: str = ""
     redis_url: str | None = Field(None, validation_alias=AliasChoices("AGORA_REDIS_URL",
                                                                       "REDIS_URL"))
     run_id: str | None = Field(None, validation_alias="AGORA_RUN_ID")
     run_dir: Path | None = Field(None, validation_alias="AGORA_RUN_DIR")
     config: Path | None = Field(None, validation_alias=CONFIG_ENV)
+
+    def origins(self) -> list[str]:
+        return [origin for origin in self.allowed_origins.split(",") if origin.strip()]
 
     @model_validator(mode="after")
     def _keys_need_redis(self) -> GatewaySettings:

@@ -7,7 +7,10 @@
 - ``/v1/episodes``: play a game or a discussion against agents, turn by turn.
 - ``/v1/runs``: start a run from a posted config, read its status and metrics, stop it.
 - API keys (``agora keys create``) with per-key rate limits, body size limits, upstream
-  timeouts; every error in OpenAI's shape; ``/health`` and ``/metrics`` stay open.
+  timeouts; every error in OpenAI's shape; ``/health`` and ``/metrics`` stay open, the API
+  docs (``/docs``, ``/openapi.json``) are behind the keys; requests a web page could forge
+  (bodies not declared JSON, other sites' ``Origin``) are refused
+  (``agora.gateway.browser_guard``).
 
 Configuration: ``create_app(cfg, settings)`` builds an app for a RunConfig (tests, tools).
 ``uvicorn services.gateway.app:app`` needs a module attribute, which is built on first access
@@ -28,6 +31,7 @@ from contextlib import asynccontextmanager
 import httpx
 import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 
 from agora.config.agents import AgentConfig
@@ -35,6 +39,7 @@ from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
 from agora.gateway.agents import agents_view
 from agora.gateway.auth import Authorizer
+from agora.gateway.browser_guard import guard_against_browsers
 from agora.gateway.episodes import EpisodeService
 from agora.gateway.errors import GatewayError, add_error_handlers
 from agora.gateway.observe import observe_gateway
@@ -105,10 +110,13 @@ def create_app(cfg: RunConfig, settings: GatewaySettings | None = None,
                 if redis is not None:
                     await redis.aclose()
 
+    # The API docs are routes of their own below, so that they sit behind the keys too.
     app = FastAPI(title="agora gateway", version="0.2.0", lifespan=lifespan,
-                  dependencies=[Depends(authorize)])
+                  dependencies=[Depends(authorize)], docs_url=None, redoc_url=None,
+                  openapi_url=None)
     app.state.cfg = cfg
     instrument(app, "gateway")
+    guard_against_browsers(app, settings.origins())
     observe_gateway(app)
     add_error_handlers(app)
     created = int(time.time())
@@ -117,6 +125,14 @@ def create_app(cfg: RunConfig, settings: GatewaySettings | None = None,
     @app.get("/health")
     def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_spec() -> dict:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False)
+    def api_docs() -> Response:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="agora gateway")
 
     @app.get("/v1/models")
     def list_models() -> dict:

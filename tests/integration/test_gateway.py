@@ -299,7 +299,8 @@ def test_oversize_chunked_body_is_413(gateway):
             yield b"x" * 65536
         yield b'"}]}'
 
-    resp = httpx.post(f"{gateway}/v1/chat/completions", content=chunks(), timeout=TIMEOUT)
+    resp = httpx.post(f"{gateway}/v1/chat/completions", content=chunks(), timeout=TIMEOUT,
+                      headers={"content-type": "application/json"})
     assert resp.status_code == 413
 
 

@@ -187,6 +187,56 @@ def test_missing_or_wrong_key_is_401_but_health_and_metrics_stay_open(gateway, k
     assert httpx.get(f"{gateway.url}/metrics", timeout=TIMEOUT).status_code == 200
 
 
+def test_the_api_docs_are_behind_the_keys(gateway, keys, http):
+    for path in ("/docs", "/openapi.json"):
+        assert httpx.get(f"{gateway.url}{path}", timeout=TIMEOUT).status_code == 401, path
+    assert "/v1/chat/completions" in http.get("/openapi.json").json()["paths"]
+    assert "swagger" in http.get("/docs").text.lower()
+    assert http.get("/redoc").status_code == 404  # one docs page, not two
+
+
+def test_requests_a_web_page_could_forge_are_refused(gateway, keys, http):
+    """A cross-site page can send text/plain, form or typeless bodies without a preflight, and
+    its browser names its origin: both refused, with the key (a logged-in user) or without."""
+    chat_body = json.dumps({"model": AGENT, "messages": HELLO, "max_tokens": 2})
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"content-type": content_type} if content_type else {}
+        resp = http.post("/v1/chat/completions", content=chat_body, headers=headers)
+        assert resp.status_code == 415, (content_type, resp.text)
+        assert "application/json" in error_of(resp)["message"]
+    run_yaml = yaml.safe_dump(tiny_run_config())
+    assert http.post("/v1/runs", content=run_yaml).status_code == 415
+    evil = http.post("/v1/chat/completions", content=chat_body,
+                     headers={"content-type": "application/json",
+                              "origin": "https://evil.example"})
+    assert evil.status_code == 403 and "evil.example" in error_of(evil)["message"]
+    # The gateway's own pages (its /docs) and clients that send no Origin go through.
+    own = http.post("/v1/chat/completions", content=chat_body,
+                    headers={"content-type": "application/json; charset=utf-8",
+                             "origin": gateway.url})
+    assert own.status_code == 200, own.text
+    # Body-less requests need no type.
+    assert http.get("/v1/agents", headers={"origin": gateway.url}).status_code == 200
+
+
+def test_allowed_origins_let_a_dashboard_call_the_gateway(gateway, logs_dir):
+    """AGORA_GATEWAY_ALLOWED_ORIGINS: those sites' pages may call it, others still may not
+    (an open gateway on an empty database: no key in the way)."""
+    empty_db = re.sub(r"/\d+$", "/9", gateway.redis_url)
+    redis.Redis.from_url(empty_db).flushdb()
+    svc, url = start_extra_gateway(
+        gateway.run_dir.parent / "run.yaml", logs_dir / "gateway-origins.log", my_ports(1)[0],
+        AGORA_REDIS_URL=empty_db,
+        AGORA_GATEWAY_ALLOWED_ORIGINS="https://dash.example, http://localhost:3000/")
+    try:
+        for origin, status in (("https://dash.example", 200), ("http://localhost:3000", 200),
+                               ("https://evil.example", 403), ("null", 403)):
+            resp = httpx.get(f"{url}/v1/models", headers={"origin": origin}, timeout=TIMEOUT)
+            assert resp.status_code == status, (origin, resp.text)
+    finally:
+        svc.stop()
+
+
 def test_openai_client_with_a_key(gateway, keys):
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=keys.main, max_retries=0,
                            timeout=180.0)
@@ -467,7 +517,8 @@ def test_bad_run_config_is_422_naming_the_field(http):
     assert resp.status_code == 422
     error = error_of(resp)
     assert "ppo.learning_rte" in error["message"] and error["param"] == "ppo.learning_rte"
-    assert http.post("/v1/runs", content=b"a: [unclosed").status_code == 400
+    assert http.post("/v1/runs", content=b"a: [unclosed",
+                     headers={"content-type": "application/yaml"}).status_code == 400
 
 
 def test_run_start_status_stop_leaves_no_process(gateway, http):
