@@ -15,6 +15,12 @@ launcher's ``AGORA_RUN_ID``) that has not finished. The active run id is a Redis
 NX, so two concurrent starts cannot both win. Runs keep going when the gateway stops (a gateway
 restart must not kill a day of training); their records in Redis let the next gateway watch and
 stop them by pid.
+
+What a record in Redis says is not trusted (whoever can write Redis must not steer the gateway
+into reading or killing something else): a run's files are where this gateway puts them
+(``runs_dir/.gateway/<id>.log``, ``runs_dir/<id>``), derived from its id, never read from the
+record; a pid is signalled only if it is this gateway's own child, or a process that carries the
+run's ``AGORA_RUN_ID`` and leads its own process group (as ``agora up`` started here does).
 """
 
 from __future__ import annotations
@@ -173,12 +179,18 @@ class RunManager:
                                f"'{self.attached.run_id}' ({status}); at most one run at a time: "
                                "stop that stack first", "run_active")
 
-    def launch(self, cfg: RunConfig, run_id: str) -> RunRecord:
+    def files(self, run_id: str) -> tuple[Path, Path, Path]:
+        """(config, log, run folder) of a run started here, from its id alone."""
+        if not RUN_ID.fullmatch(run_id):
+            raise GatewayError(404, f"no run {run_id!r} was started through this gateway",
+                               "run_not_found")
         folder = self.runs_dir / ".gateway"
-        folder.mkdir(parents=True, exist_ok=True)
-        config_path = folder / f"{run_id}.yaml"
+        return folder / f"{run_id}.yaml", folder / f"{run_id}.log", self.runs_dir / run_id
+
+    def launch(self, cfg: RunConfig, run_id: str) -> RunRecord:
+        config_path, log_path, run_dir = self.files(run_id)
+        config_path.parent.mkdir(parents=True, exist_ok=True)
         config_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        log_path = folder / f"{run_id}.log"
         env = {k: v for k, v in os.environ.items() if k not in GATEWAY_ONLY_ENV}
         env.update(REDIS_URL=self.redis_url, AGORA_RUN_ID=run_id, PYTHONUNBUFFERED="1",
                    COLUMNS="160")
@@ -191,7 +203,7 @@ class RunManager:
         host, port = cfg.services.host, cfg.services.gateway_port
         return RunRecord(run_id=run_id, name=cfg.name, pid=proc.pid,
                          config_path=str(config_path), log_path=str(log_path),
-                         run_dir=str(self.runs_dir / run_id), gateway_url=f"http://{host}:{port}",
+                         run_dir=str(run_dir), gateway_url=f"http://{host}:{port}",
                          started_at=time.time())
 
     # --- watch ---------------------------------------------------------------------------
@@ -201,7 +213,11 @@ class RunManager:
         if raw is None:
             raise GatewayError(404, f"no run '{run_id}' was started through this gateway",
                                "run_not_found")
-        return RunRecord.model_validate_json(raw)
+        record = RunRecord.model_validate_json(raw)
+        # The files are where this gateway puts them, whatever the record says.
+        config_path, log_path, run_dir = self.files(run_id)
+        return record.model_copy(update={"run_id": run_id, "config_path": str(config_path),
+                                         "log_path": str(log_path), "run_dir": str(run_dir)})
 
     async def save(self, record: RunRecord) -> None:
         await self.redis.hset(RUNS_HASH, record.run_id, record.model_dump_json())
@@ -214,13 +230,30 @@ class RunManager:
         if proc is not None:
             code = proc.poll()
             return code is None, code
+        return self.tagged_leader(record) is not None, None
+
+    @staticmethod
+    def tagged_leader(record: RunRecord) -> int | None:
+        """``record.pid`` if it is a live process carrying the run's tag and leading its own
+        process group (``agora up`` as a gateway starts it), else None."""
         try:
             other = psutil.Process(record.pid)
-            alive = (other.status() != psutil.STATUS_ZOMBIE
-                     and other.environ().get("AGORA_RUN_ID") == record.run_id)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            alive = False
-        return alive, None
+            if (other.status() != psutil.STATUS_ZOMBIE
+                    and other.environ().get("AGORA_RUN_ID") == record.run_id
+                    and os.getpgid(record.pid) == record.pid):
+                return record.pid
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess,
+                ProcessLookupError):
+            pass
+        return None
+
+    def live_group(self, record: RunRecord) -> int | None:
+        """The process group to signal for a run: this gateway's own child's (its pid, not the
+        record's), or a tagged group leader's; None when neither lives."""
+        proc = self.procs.get(record.run_id)
+        if proc is not None:
+            return proc.pid if proc.poll() is None else None
+        return self.tagged_leader(record)
 
     async def is_running(self, run_id: str) -> bool:
         try:
@@ -303,9 +336,8 @@ class RunManager:
         return view
 
     async def list(self) -> list[dict]:
-        raws = await self.redis.hgetall(RUNS_HASH)
-        records = sorted((RunRecord.model_validate_json(r) for r in raws.values()),
-                         key=lambda r: r.started_at)
+        run_ids = [r for r in await self.redis.hkeys(RUNS_HASH) if RUN_ID.fullmatch(r)]
+        records = sorted([await self.record(r) for r in run_ids], key=lambda r: r.started_at)
         return [await self.describe(r, last=1) for r in records]
 
     # --- stop ----------------------------------------------------------------------------
@@ -316,8 +348,10 @@ class RunManager:
             return await self.describe(record)
         record.stop_requested = True
         await self.save(record)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(record.pid, signal.SIGTERM)
+        group = self.live_group(record)
+        if group is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_s
         while time.monotonic() < deadline and self.exit_code(record)[0]:
             await asyncio.sleep(0.2)
@@ -327,8 +361,10 @@ class RunManager:
             for proc in leftovers:
                 with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                     proc.kill()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.pid, signal.SIGKILL)
+            group = self.live_group(record)
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
             await asyncio.to_thread(_wait, self.procs.get(run_id))
         return await self.describe(record)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typer.testing import CliRunner
 
 from agora.cli.main import app as cli_app
 from agora.config.run import parse_config
-from agora.gateway.runs import tagged_processes
+from agora.gateway.runs import RUNS_HASH, tagged_processes
 from agora.rollout.stream import EpisodeStream
 from agora.serving.client import PolicyAdmin
 from agora.serving.weights import adapter_dir, publish
@@ -540,12 +541,63 @@ def test_run_start_status_stop_leaves_no_process(gateway, http):
         wait_for(lambda: "policy server" in phase(), 90, lambda: f"run phase ({phase()!r})")
         assert processes_of_run(run_id)  # the stack's services are being started
 
+        # Whoever can write Redis points the record at another process group: the stop still
+        # signals the gateway's own child, never that group.
+        decoy = cleanup.enter_context(decoy_process())
+        forge_record(gateway, run_id, pid=decoy.pid)
         stopped = http.post(f"/v1/runs/{run_id}/stop")
         assert stopped.status_code == 200, stopped.text
         assert stopped.json()["status"] == "stopped" and stopped.json()["exit_code"] is not None
         assert processes_of_run(run_id) == []
+        assert decoy.poll() is None, "the stop signalled the group a forged record named"
         assert http.get("/v1/runs").json()["data"][-1]["status"] == "stopped"
         assert http.get("/v1/runs/nope").status_code == 404
+
+
+@contextlib.contextmanager
+def decoy_process() -> Iterator[subprocess.Popen]:
+    """A process in its own group that nothing may signal (not the run's, no AGORA_RUN_ID)."""
+    proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def forge_record(gateway: Gateway, run_id: str, **fields) -> None:
+    """Rewrite a run's record in Redis as an attacker with Redis access would."""
+    client = redis.Redis.from_url(gateway.redis_url)
+    raw = client.hget(RUNS_HASH, run_id)
+    record = json.loads(raw) if raw else {
+        "run_id": run_id, "name": "x", "pid": 1, "config_path": "", "log_path": "",
+        "run_dir": "", "gateway_url": "", "started_at": time.time()}
+    client.hset(RUNS_HASH, run_id, json.dumps({**record, **fields}))
+
+
+def test_a_forged_run_record_reads_no_file_and_kills_nothing(gateway, http):
+    """A record in Redis naming /etc/passwd as its log and another group as its pid: the
+    gateway reads the run's files where it puts them and signals no process it did not start
+    or cannot tie to the run."""
+    run_id = "gwapi-forged"
+    with decoy_process() as decoy:
+        forge_record(gateway, run_id, pid=decoy.pid, log_path="/etc/passwd", run_dir="/etc",
+                     config_path="/etc/passwd")
+        forge_record(gateway, "../../etc", pid=decoy.pid)  # a key no run id can be
+        try:
+            view = http.get(f"/v1/runs/{run_id}").json()
+            assert view["status"] == "failed"  # the decoy is no process of this run
+            assert view["log"] == str((gateway.runs_dir / ".gateway" / f"{run_id}.log")
+                                      .resolve())
+            assert view["run_dir"] == str((gateway.runs_dir / run_id).resolve())
+            assert "root:" not in json.dumps(view)
+            assert http.post(f"/v1/runs/{run_id}/stop").status_code == 200
+            assert decoy.poll() is None
+            listed = [r["id"] for r in http.get("/v1/runs").json()["data"]]
+            assert run_id in listed and "../../etc" not in listed
+        finally:
+            client = redis.Redis.from_url(gateway.redis_url)
+            client.hdel(RUNS_HASH, run_id, "../../etc")
 
 
 def kill_leftovers(run_id: str) -> None:
