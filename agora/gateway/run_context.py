@@ -24,6 +24,18 @@ from agora.serving.weights import adapter_dir
 VERSION_DIR = re.compile(r"^v(\d+)$")
 
 
+def published_versions_dir(published: str, agent: str) -> Path | None:
+    """The folder of ``agent``'s versions from the adapter path the trainer published in Redis,
+    if that path has the shape the trainer writes (``<run>/adapters/<agent>/v<N>``,
+    agora/serving/weights.py); else None: a path Redis holds is not trusted as it is, since
+    the gateway would ask vLLM to load whatever adapter it names."""
+    path = Path(published)
+    if (".." in path.parts or not VERSION_DIR.match(path.name)
+            or path.parent.name != agent or path.parent.parent.name != "adapters"):
+        return None
+    return path.parent
+
+
 def last_jsonl_rows(path: Path, count: int, max_bytes: int = 1 << 20) -> list[dict]:
     """The last ``count`` JSON rows of ``path`` (reading at most ``max_bytes`` from its end, so
     a long run's metrics file is not read whole on every request). A torn last line (being
@@ -75,7 +87,7 @@ class RunContext:
         if self.keys is None or self.redis is None:
             return None
         published = await self.redis.get(self.keys.adapter_path(agent))
-        return Path(published).parent if published else None
+        return published_versions_dir(published, agent) if published else None
 
     async def versions_on_disk(self, agent: str) -> list[int]:
         folder = await self.versions_dir(agent)
