@@ -53,7 +53,7 @@ def _fail(err: Exception) -> typer.Exit:
 def create(
     name: str = typer.Argument(..., help="who the key is for (shown in metrics and listings)"),
     rate: int = typer.Option(None, "--rate", help="requests per minute (default: the "
-                             "gateway's AGORA_GATEWAY_DEFAULT_RATE, else unlimited)"),
+                             "gateway's AGORA_GATEWAY_DEFAULT_RATE, 600; 0 there: unlimited)"),
     redis_url: str = RedisUrl,
 ) -> None:
     """Create a key and print it (only now: it is stored hashed). Once any key exists, the

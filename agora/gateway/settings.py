@@ -7,7 +7,7 @@ config, so the same image runs in the embedded stack, compose and k8s).
 | ``AGORA_GATEWAY_TIMEOUT_S`` | ``120`` | budget of each upstream (vLLM) read; over it: 504 |
 | ``AGORA_GATEWAY_MAX_BODY_BYTES`` | ``1048576`` | request body limit; over it: 413 |
 | ``AGORA_GATEWAY_REQUIRE_KEYS`` | ``0`` | ``1``: API keys required even before any exists |
-| ``AGORA_GATEWAY_DEFAULT_RATE`` | (none) | requests/minute for keys created without ``--rate`` |
+| ``AGORA_GATEWAY_DEFAULT_RATE`` | ``600`` | requests/min of a key without ``--rate`` (0: none) |
 | ``AGORA_GATEWAY_KEY_PEPPER`` | (none) | secret mixed into key hashes (same value for the CLI) |
 | ``AGORA_GATEWAY_EPISODE_TTL_S`` | ``3600`` | idle episodes are forgotten after this |
 | ``AGORA_GATEWAY_RUNS_DIR`` | ``runs`` | folder of the runs started through ``/v1/runs`` |
@@ -63,7 +63,9 @@ class GatewaySettings(EnvSettings):
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
     require_keys: Annotated[bool, BeforeValidator(_flag)] = False
-    default_rate: int | None = Field(None, ge=1)
+    # A key without a rate of its own is still limited: a leaked key cannot flood the policy
+    # servers. 0 lifts the default.
+    default_rate: int = Field(600, ge=0)
     key_pepper: str = Field("", repr=False)
     episode_ttl_s: int = Field(3600, ge=1)
     runs_dir: Path = Path("runs")

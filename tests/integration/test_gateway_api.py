@@ -299,6 +299,25 @@ def start_extra_gateway(config_path: Path, log_path: Path, port: int, **env: str
     return svc, f"http://127.0.0.1:{port}"
 
 
+def test_a_key_without_a_rate_gets_the_default_rate(gateway, keys, logs_dir):
+    """AGORA_GATEWAY_DEFAULT_RATE (600 unless set): a key created without --rate is limited
+    too (2 a minute on this gateway)."""
+    code, out = keys_cli("create", "no-rate-given", redis_url=gateway.redis_url)
+    assert code == 0
+    headers = {"authorization": f"Bearer {printed_key(out)}"}
+    svc, url = start_extra_gateway(gateway.run_dir.parent / "run.yaml",
+                                   logs_dir / "gateway-default-rate.log", my_ports(1)[0],
+                                   AGORA_REDIS_URL=gateway.redis_url,
+                                   AGORA_GATEWAY_DEFAULT_RATE="2")
+    try:
+        statuses = [httpx.get(f"{url}/v1/models", headers=headers, timeout=TIMEOUT).status_code
+                    for _ in range(3)]
+        assert statuses == [200, 200, 429]
+    finally:
+        svc.stop()
+        keys_cli("revoke", "no-rate-given", redis_url=gateway.redis_url)
+
+
 def test_require_keys_closes_a_gateway_without_keys(gateway, logs_dir):
     """AGORA_GATEWAY_REQUIRE_KEYS=1: 401 before any key exists (an empty database here)."""
     empty_db = re.sub(r"/\d+$", "/8", gateway.redis_url)
