@@ -728,20 +728,22 @@ def test_metrics_are_exported(judges):
 # --- the real vLLM server (tiny random model: garbage output) -------------------------------------
 
 
-@pytest.fixture(scope="module")
-def vllm_judge(vllm_tiny, logs_dir) -> Iterator[str]:
+def judge_on_vllm(name: str, vllm_tiny, logs_dir, **env: str) -> Iterator[str]:
+    """A judge service whose llm backend asks the session's vLLM (tiny-random)."""
     base_url, _ = vllm_tiny
-    svc, url = judge_service(
-        "judge-vllm", logs_dir,
-        AGORA_JUDGE_BACKEND="llm", AGORA_JUDGE_BASE_URL=base_url, AGORA_JUDGE_MODEL="base",
-        AGORA_JUDGE_MAX_TOKENS="16",
-    )
+    svc, url = judge_service(name, logs_dir, AGORA_JUDGE_BACKEND="llm",
+                             AGORA_JUDGE_BASE_URL=base_url, AGORA_JUDGE_MODEL="base", **env)
     svc.start()
     try:
         svc.wait_healthy(120)
         yield url
     finally:
         svc.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_judge(vllm_tiny, logs_dir) -> Iterator[str]:
+    yield from judge_on_vllm("judge-vllm", vllm_tiny, logs_dir, AGORA_JUDGE_MAX_TOKENS="16")
 
 
 def test_real_vllm_garbage_is_a_counted_malformed_verdict(vllm_judge):
@@ -759,18 +761,8 @@ def test_real_vllm_garbage_is_a_counted_malformed_verdict(vllm_judge):
 def vllm_logprob_judge(vllm_tiny, logs_dir) -> Iterator[str]:
     """judge.logprobs (+ constrained): verdicts read from the real vLLM's next-token
     probabilities, only verdict tokens allowed."""
-    base_url, _ = vllm_tiny
-    svc, url = judge_service(
-        "judge-vllm-logprobs", logs_dir,
-        AGORA_JUDGE_BACKEND="llm", AGORA_JUDGE_BASE_URL=base_url, AGORA_JUDGE_MODEL="base",
-        AGORA_JUDGE_CONSTRAINED="true", AGORA_JUDGE_LOGPROBS="true",
-    )
-    svc.start()
-    try:
-        svc.wait_healthy(120)
-        yield url
-    finally:
-        svc.stop()
+    yield from judge_on_vllm("judge-vllm-logprobs", vllm_tiny, logs_dir,
+                             AGORA_JUDGE_CONSTRAINED="true", AGORA_JUDGE_LOGPROBS="true")
 
 
 def test_real_vllm_probabilities_give_graded_verdicts_and_scores(vllm_logprob_judge):
