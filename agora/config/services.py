@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agora.config.base import StrictModel
 
@@ -67,6 +67,14 @@ class JudgeConfig(StrictModel):
     # sampled text: a graded preference and score where a small model's sampled verdict is a
     # constant (agora/judge/llm.py). One token per verdict, so max_tokens does not matter.
     logprobs: bool = Field(False, description="verdicts from next-token probabilities")
+
+    @model_validator(mode="after")
+    def _model_reading_needs_a_model(self) -> JudgeConfig:
+        for name in ("constrained", "logprobs"):
+            if getattr(self, name) and self.backend != "llm":
+                raise ValueError(f"judge.{name} changes how a judge model is read: it needs "
+                                 "judge.backend: llm")
+        return self
 
 
 class EvalConfig(StrictModel):

@@ -272,6 +272,12 @@ def test_llm_judge_needs_a_model_it_can_reach(tmp_path, example):
     assert "judge.model" in config_error(tmp_path, data)
     data["judge"] = {"backend": "llm", "model": "smol"}
     assert parse_config(data).judge_model_url() == "http://127.0.0.1:8100/v1"
+    # Ways of reading a judge model's answers, without one: named, not ignored.
+    for reading in ("constrained", "logprobs"):
+        data["judge"] = {"backend": "rubric", reading: True}
+        assert f"judge.{reading}" in config_error(tmp_path, data)
+        data["judge"] = {"backend": "llm", "model": "smol", reading: True}
+        assert getattr(parse_config(data).judge, reading) is True
 
 
 def test_learned_reward_mode_needs_a_trained_verifier(tmp_path, example):
