@@ -62,7 +62,9 @@ def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tm
         assert sorted(p.name for p in (adapters / "bob").iterdir()) == ["v0", "v1", "v2"]
         assert sorted(p.name for p in (adapters / "carol").iterdir()) == ["v0"]
         checkpoint = stack.run_dir / "checkpoints" / "ckpt-000002"
-        assert {p.name for p in checkpoint.iterdir()} == {"alice", "bob", "carol"}
+        # Every learner's state, and the stream entries the checkpoint holds (acked on resume).
+        assert {p.name for p in checkpoint.iterdir()} == {"alice", "bob", "carol",
+                                                          "consumed.json"}
 
         rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [1, 2]
