@@ -152,8 +152,12 @@ def metric_figures(before: dict, after: dict, prefix: str = "") -> list[Figure]:
 
 def train_eval_figures(eval_json: Path) -> list[Figure]:
     """``agora eval``'s episodes section: each agent's metrics, latest vs v0, and the judge's
-    preference for the latest (after; 0.5 is no preference)."""
-    section = _read(eval_json)["sections"]["episodes"]
+    preference for the latest (after; 0.5 is no preference); for a discussion, its held-out
+    accuracy instead."""
+    sections = _read(eval_json)["sections"]
+    if "discussion" in sections:
+        return discussion_figures(sections["discussion"])
+    section = sections["episodes"]
     evaluated = section["policies"]["evaluated"]["agents"]
     baseline = section["policies"]["baseline"]["agents"]
     several = len(evaluated) > 1
@@ -167,6 +171,15 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
                               Estimate.of(preference["preference"])))
         figures += judge_quality_figures(preference)
     return figures
+
+
+def discussion_figures(section: dict) -> list[Figure]:
+    """A discussion's held-out accuracy (pass@1 over every seat's answers) after turn 1 and
+    after the last turn, v0 (before) and latest (after)."""
+    before, after = section["policies"]["baseline"], section["policies"]["evaluated"]
+    return [Figure(f"{label} accuracy", Estimate.of(before[key].get("pass@1")),
+                   Estimate.of(after[key].get("pass@1")))
+            for label, key in (("turn 1", "turn1"), ("last turn", "last"))]
 
 
 def judge_quality_figures(preference: dict) -> list[Figure]:

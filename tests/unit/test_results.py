@@ -341,3 +341,22 @@ def test_judge_quality_figures_show_a_judge_models_noise_and_stay_out_for_the_ru
     assert all(f.share and f.before is None for f in figures.values())
     assert judge_quality_figures({"comparisons": 40, "position_bias": 0, "malformed": 0}) == []
     assert judge_quality_figures({"comparisons": 0}) == []
+
+
+def test_train_eval_figures_of_a_discussion_are_its_held_out_accuracy(tmp_path):
+    from agora.evaluation.stats import rate
+    from agora.results.figures import train_eval_figures
+
+    def policy(turn1: int, last: int) -> dict:
+        return {"label": "x", "tasks": 50, "k": 1, "rounds": 2,
+                "turn1": {"pass@1": rate(turn1, 100)}, "last": {"pass@1": rate(last, 100)}}
+
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"sections": {"discussion": {
+        "tasks": 50, "k": 1, "policies": {"evaluated": policy(30, 40),
+                                          "baseline": policy(10, 12)}}}}))
+    figures = {f.name: f for f in train_eval_figures(path)}
+    assert set(figures) == {"turn 1 accuracy", "last turn accuracy"}
+    last = figures["last turn accuracy"]
+    assert (last.before.value, last.after.value, last.after.n) == (0.12, 0.4, 100)
+    assert last.after.lo < 0.4 < last.after.hi and last.share
