@@ -310,3 +310,103 @@ def test_secrets_are_referenced_not_committed(built):
                 if ref:
                     assert ref["name"] == "agora-secrets" and ref["key"] == item["name"]
                     assert f"--from-literal={ref['key']}=" in readme, "say how in the docs"
+
+
+# --- who may reach whom -------------------------------------------------------------------------
+
+# Each server's clients in the code: the trainer loads adapters into the policy servers and
+# reads/writes Redis; rollout workers generate (policy), verify (reward), judge (judge) and write
+# the stream (Redis); the gateway proxies chats (policy), plays and scores episodes (reward,
+# judge) and keeps keys, episodes and runs in Redis; the judge caches verdicts in Redis and asks
+# its model (judge-model, or a policy server's base).
+CLIENTS = {
+    "redis": {"trainer", "rollout", "gateway", "judge"},
+    "policy": {"trainer", "rollout", "gateway", "judge"},
+    "policy-2": {"trainer", "rollout", "gateway", "judge"},
+    "reward": {"trainer", "rollout", "gateway"},
+    "judge": {"trainer", "rollout", "gateway"},
+    "judge-model": {"judge"},
+}
+PODS = {"redis", "policy", "policy-2", "reward", "judge", "judge-model", "gateway", "trainer",
+        "rollout"}
+
+
+def _selects(selector: dict, labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels and In / NotIn / Exists expressions) against labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        value, op = labels.get(expr["key"]), expr["operator"]
+        if (op == "In" and value not in expr["values"]) or (
+                op == "NotIn" and value in expr["values"]) or (op == "Exists" and value is None):
+            return False
+    return True
+
+
+def reachable(resources: list[dict], source: str | None, source_namespace: str, target: str,
+              port: int) -> bool:
+    """Whether NetworkPolicy lets pod ``source`` (None: outside the cluster) of
+    ``source_namespace`` open ``port`` of pod ``target``, as Kubernetes reads the policies:
+    allowed when no policy selects the target, else when one of their rules admits it."""
+    pod = workload(resources, target)
+    labels = pod_labels(resources, target)
+    (container,) = pod["containers"]
+    names = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    policies = [r["spec"] for r in resources if r["kind"] == "NetworkPolicy"
+                and _selects(r["spec"]["podSelector"], labels)
+                and "Ingress" in r["spec"].get("policyTypes", ["Ingress"])]
+    if not policies:
+        return True
+    for spec in policies:
+        for rule in spec.get("ingress") or []:
+            ports = [names.get(p["port"], p["port"]) for p in rule.get("ports") or []]
+            if ports and port not in ports:
+                continue
+            peers = rule.get("from")
+            if peers is None:
+                return True
+            for peer in peers:
+                in_namespace = _selects(peer.get("namespaceSelector", {}),
+                                        {"kubernetes.io/metadata.name": source_namespace}) \
+                    if "namespaceSelector" in peer else source_namespace == "agora"
+                pod_ok = ("podSelector" not in peer or source is not None and _selects(
+                    peer["podSelector"], {"app.kubernetes.io/name": source}))
+                if source is not None and in_namespace and pod_ok:
+                    return True
+                if source is None and "ipBlock" in peer:
+                    return True
+    return False
+
+
+def pod_labels(resources: list[dict], name: str) -> dict[str, str]:
+    (found,) = [r for r in resources if r["kind"] in ("Deployment", "StatefulSet", "Job")
+                and r["metadata"]["name"] == name]
+    return found["spec"]["template"]["metadata"]["labels"]
+
+
+def service_port(resources: list[dict], name: str) -> int:
+    (container,) = workload(resources, name)["containers"]
+    ports = [p["containerPort"] for p in container["ports"]]
+    return ports[0]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_network_policies_let_each_server_be_reached_by_its_clients_only(built, variant):
+    resources = built[variant]
+    pods = {p for p in PODS if any(r["kind"] in ("Deployment", "StatefulSet", "Job")
+                                   and r["metadata"]["name"] == p for r in resources)}
+    assert ("policy-2" in pods) == ("two-base" in variant)
+    for server in pods - {"gateway", "trainer", "rollout"}:
+        port = service_port(resources, server)
+        for client in pods:
+            allowed = reachable(resources, client, "agora", server, port)
+            assert allowed == (client in CLIENTS[server]), f"{client} -> {server}:{port}"
+        assert not reachable(resources, None, "outside", server, port), f"outside -> {server}"
+        assert not reachable(resources, "gateway", "other-team", server, port)
+    # The public door, and the metrics Prometheus scrapes from its namespace.
+    assert reachable(resources, None, "outside", "gateway", service_port(resources, "gateway"))
+    for name in pods:
+        assert reachable(resources, "prometheus", "monitoring", name,
+                         service_port(resources, name)), name
+    assert not reachable(resources, "rollout", "agora", "trainer",
+                         service_port(resources, "trainer"))
