@@ -296,6 +296,19 @@ def test_vllm_servers_serve_every_run_config(projects, profile, monkeypatch):
     assert health_check(judge_model)[1] == port_arg(judge_model)
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+def test_agoras_own_services_run_unprivileged(projects, profile):
+    """As in k8s (tests/integration/test_k8s.py): no capability, no privilege escalation for
+    the services that run only our code (vLLM, Redis and the sandboxing reward service
+    excepted)."""
+    hosts = by_host(projects[profile]["services"])
+    for name in ("gateway", "judge", "rollout", "trainer"):
+        svc = hosts[name]
+        assert svc["cap_drop"] == ["ALL"], (profile, name)
+        assert "no-new-privileges:true" in svc["security_opt"], (profile, name)
+        assert not svc.get("cap_add") and not svc.get("privileged"), (profile, name)
+
+
 def test_gateway_settings_and_published_ports(projects):
     services = projects["gpu"]["services"]
     gateway = services["gateway"]

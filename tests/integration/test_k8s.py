@@ -410,3 +410,18 @@ def test_network_policies_let_each_server_be_reached_by_its_clients_only(built, 
                          service_port(resources, name)), name
     assert not reachable(resources, "rollout", "agora", "trainer",
                          service_port(resources, "trainer"))
+
+
+def test_agoras_own_pods_run_unprivileged(built):
+    """gateway, judge, rollout workers and trainer: non-root, no privilege escalation, no
+    capability, the runtime's default seccomp profile. (vLLM's and Redis' images start as root
+    and the reward service's sandbox needs root and SYS_ADMIN: not these.)"""
+    for variant in VARIANTS:
+        for name in ("gateway", "judge", "rollout", "trainer"):
+            pod = workload(built[variant], name)
+            assert pod["securityContext"]["runAsNonRoot"] is True, (variant, name)
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            (container,) = pod["containers"]
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, (variant, name)
+            assert context["capabilities"] == {"drop": ["ALL"]}, (variant, name)
