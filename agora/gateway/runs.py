@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from agora.config.run import RunConfig
 from agora.gateway.errors import GatewayError, validation_error
+from agora.gateway.posted_config import refuse_server_choices
 from agora.gateway.run_context import RunContext, agent_summary_from_state, last_jsonl_rows
 from agora.rollout.stream import RunKeys
 from agora.stack.launcher import RUN_ID, LaunchError, new_run_id, preflight
@@ -97,6 +98,11 @@ def parse_run_request(raw: bytes) -> tuple[RunConfig, str | None]:
     if run_id is not None and (not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id)):
         raise GatewayError(422, "run_id: letters, digits, '_', '.', '-' (max 101), starting "
                            "with a letter or digit", "invalid_run_id", param="run_id")
+    # Before validating: validation imports `tool_modules`.
+    try:
+        refuse_server_choices(data)
+    except RecursionError:
+        raise GatewayError(400, "request body is nested too deeply", "invalid_body") from None
     try:
         return RunConfig.model_validate(data), run_id
     except ValidationError as err:

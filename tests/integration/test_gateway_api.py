@@ -539,6 +539,13 @@ def test_bad_run_config_is_422_naming_the_field(http):
     assert "ppo.learning_rte" in error["message"] and error["param"] == "ppo.learning_rte"
     assert http.post("/v1/runs", content=b"a: [unclosed",
                      headers={"content-type": "application/yaml"}).status_code == 400
+    # What only the server's owner may choose, refused before validation (which would import
+    # tool modules) and naming the field (agora/gateway/posted_config.py).
+    for field, change in (("services.host", {"services": {"host": "0.0.0.0"}}),
+                          ("judge.base_url", {"judge": {"base_url": "http://x.example/v1"}})):
+        posted = {**tiny_run_config(), **change}
+        refused = http.post("/v1/runs", json={"config": posted})
+        assert refused.status_code == 422 and error_of(refused)["param"] == field
 
 
 def test_run_start_status_stop_leaves_no_process(gateway, http):
