@@ -78,11 +78,17 @@ def config_map(resources: list[dict], prefix: str) -> dict:
     return found
 
 
+def workloads(resources: list[dict]) -> dict[str, dict]:
+    """The Deployments, StatefulSets and Jobs by name."""
+    found = [r for r in resources if r["kind"] in ("Deployment", "StatefulSet", "Job")]
+    names = [r["metadata"]["name"] for r in found]
+    assert len(names) == len(set(names)), names
+    return dict(zip(names, found, strict=True))
+
+
 def workload(resources: list[dict], name: str) -> dict:
     """The pod spec of the Deployment, StatefulSet or Job called ``name``."""
-    (found,) = [r for r in resources if r["kind"] in ("Deployment", "StatefulSet", "Job")
-                and r["metadata"]["name"] == name]
-    return found["spec"]["template"]["spec"]
+    return workloads(resources)[name]["spec"]["template"]["spec"]
 
 
 def container_env(resources: list[dict], container: dict) -> dict[str, str]:
@@ -349,7 +355,7 @@ def reachable(resources: list[dict], source: str | None, source_namespace: str, 
     ``source_namespace`` open ``port`` of pod ``target``, as Kubernetes reads the policies:
     allowed when no policy selects the target, else when one of their rules admits it."""
     pod = workload(resources, target)
-    labels = pod_labels(resources, target)
+    labels = workloads(resources)[target]["spec"]["template"]["metadata"]["labels"]
     (container,) = pod["containers"]
     names = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
     policies = [r["spec"] for r in resources if r["kind"] == "NetworkPolicy"
@@ -378,23 +384,15 @@ def reachable(resources: list[dict], source: str | None, source_namespace: str, 
     return False
 
 
-def pod_labels(resources: list[dict], name: str) -> dict[str, str]:
-    (found,) = [r for r in resources if r["kind"] in ("Deployment", "StatefulSet", "Job")
-                and r["metadata"]["name"] == name]
-    return found["spec"]["template"]["metadata"]["labels"]
-
-
 def service_port(resources: list[dict], name: str) -> int:
     (container,) = workload(resources, name)["containers"]
-    ports = [p["containerPort"] for p in container["ports"]]
-    return ports[0]
+    return container["ports"][0]["containerPort"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_network_policies_let_each_server_be_reached_by_its_clients_only(built, variant):
     resources = built[variant]
-    pods = {p for p in PODS if any(r["kind"] in ("Deployment", "StatefulSet", "Job")
-                                   and r["metadata"]["name"] == p for r in resources)}
+    pods = PODS & set(workloads(resources))
     assert ("policy-2" in pods) == ("two-base" in variant)
     for server in pods - {"gateway", "trainer", "rollout"}:
         port = service_port(resources, server)

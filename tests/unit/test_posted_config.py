@@ -35,7 +35,7 @@ def test_every_shipped_config_can_be_posted(path):
      "environment.task.path"),
     ({"environment": {"task": {"source": "jsonl", "path": "data/../../etc/passwd"}}},
      "environment.task.path"),
-    ({"models": {"m": {"model": "/root/.ssh"}}}, "models.m.model"),
+    ({"models": {"m": {"model": "/srv/private-model"}}}, "models.m.model"),
     ({"models": {"m": {"model": "../secrets"}}}, "models.m.model"),
     ({"tracking": {"project": "https://evil.example/x"}}, "tracking.project"),
 ])
