@@ -93,7 +93,7 @@ SPEC = EnvSpec(
     options=SupportOptions, roles=lambda opts: list(ROLES), context_seats=True,
     demonstrators=("support_oracle",),
     verifiers=("tool_task",), scorer="agora.rollout.scoring:score_support",
-    success_metric="task_success",
+    success_metric="task_success", sandboxed=True,  # the python tool runs in the reward's sandbox
     evaluation="episodes", metrics={
         "task_success": "support: share of episodes whose final answer is right",
         "tool_accuracy": "support: share of the agent's tool calls that were well-formed, "

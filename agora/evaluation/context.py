@@ -22,6 +22,7 @@ from agora.config.run import RunConfig
 from agora.envs.base import TurnBasedEnv
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import LLMPlayer, Player, run_episode
+from agora.sandbox.remote import code_runs_at
 from agora.serving.client import PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
 
@@ -59,8 +60,13 @@ class EvalContext:
                    run_id: str = "eval", max_turns: int | None = None) -> EpisodeRecord:
         """One episode, at most ``concurrency`` at a time (vLLM batches the ones in flight)."""
         async with self.gate:
-            return await run_episode(env, players, run_id=run_id, episode_id=episode_id,
-                                     seed=seed, max_turns=max_turns)
+            # Tool code of a sandboxed env runs in the evaluation's reward service, as in
+            # training (agora/sandbox/remote.py); this process never runs model code.
+            sandbox = (self.cfg.service_url("reward") if self.cfg.environment.spec.sandboxed
+                       else None)
+            with code_runs_at(sandbox):
+                return await run_episode(env, players, run_id=run_id, episode_id=episode_id,
+                                         seed=seed, max_turns=max_turns)
 
 
 def open_http(concurrency: int) -> httpx.AsyncClient:

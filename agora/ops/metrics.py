@@ -187,7 +187,8 @@ VERIFICATIONS = Counter(
     "agora_verifications_total",
     "Verifications by kind; math/nli count responses (correct|wrong|unparsable), code counts "
     "responses (passed|failed|<sandbox status> e.g. timeout, cpu_limit), games count requests "
-    "(finished|unfinished)",
+    "(finished|unfinished), sandbox counts /v1/sandbox/run programs (a rollout's tool code) by "
+    "sandbox status",
     ["kind", "result"],
 )
 PROGRAM_ANSWERS = Counter(

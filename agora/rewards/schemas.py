@@ -232,3 +232,58 @@ class ScoreRequest(BaseModel):
 class ScoreResponse(BaseModel):
     scores: list[float] = Field(..., description="the classifier's logit per answer")
     probs: list[float] = Field(..., description="sigmoid(score): P(the answer is right)")
+
+
+MAX_SANDBOX_FILES = 16
+
+
+class SandboxRunLimits(CodeLimits):
+    """What a ``/v1/sandbox/run`` client may choose (agora/sandbox/remote.py sends these);
+    the isolation itself is the service's (``AGORA_SANDBOX_ISOLATION``)."""
+
+    file_size_mb: int = Field(16, ge=1, le=256)
+    disk_mb: int = Field(64, ge=1, le=512)
+    max_processes: int = Field(32, ge=1, le=64)
+    max_open_files: int = Field(64, ge=16, le=1024)
+
+    def sandbox(self) -> SandboxLimits:
+        return SandboxLimits(**self.model_dump())
+
+
+class SandboxRunRequest(BaseModel):
+    """One untrusted program for the sandbox: the rollout workers' tool calls (issue 18: model
+    code runs nowhere else)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    code: str = Field(..., min_length=1, max_length=MAX_RESPONSE_CHARS)
+    stdin: str = Field("", max_length=MAX_TESTS_CHARS)
+    files: dict[Annotated[str, Field(min_length=1, max_length=200)],
+                Annotated[str, Field(max_length=MAX_TESTS_CHARS)]] = Field(
+        default_factory=dict, max_length=MAX_SANDBOX_FILES,
+        description="relative paths placed beside the script")
+    limits: SandboxRunLimits = Field(default_factory=SandboxRunLimits)
+
+    @model_validator(mode="after")
+    def _relative_names(self) -> SandboxRunRequest:
+        for name in self.files:
+            parts = name.split("/")
+            if name.startswith("/") or ".." in parts or "" in parts or name == "main.py":
+                raise ValueError(f"files: {name!r} must be a relative path inside the sandbox "
+                                 "(no '..', not main.py)")
+        return self
+
+
+class SandboxRunResponse(BaseModel):
+    """``SandboxResult`` (agora/sandbox/runner.py) as JSON."""
+
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    duration_s: float
+    reason: str
+    cpu_s: float | None
+    isolation: list[str]
+    level: str | None

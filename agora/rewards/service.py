@@ -10,6 +10,7 @@ learned verifier).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,8 @@ from agora.rewards.schemas import (
     NLIResult,
     NLIVerifyRequest,
     NLIVerifyResponse,
+    SandboxRunRequest,
+    SandboxRunResponse,
     ScoreRequest,
     ScoreResponse,
     TaskRewards,
@@ -43,6 +46,7 @@ from agora.rewards.verifiers.learned import LazyVerifier, VerifierUnavailable, p
 from agora.rewards.verifiers.math import MathVerdict
 from agora.rewards.verifiers.nli import verify_nli
 from agora.rewards.verifiers.program import ProgramRun, last_program, verify_answer
+from agora.sandbox.runner import SandboxLimits, SandboxStatus, run_python
 
 
 class RewardError(Exception):
@@ -62,9 +66,48 @@ class RewardService:
         self.settings = settings
         self.learned = LazyVerifier(settings.model)
         self.sandbox_slots = threading.BoundedSemaphore(settings.sandbox_concurrency)
+        # None: the sandbox reached the required isolation at start-up (or was not probed yet);
+        # else why it cannot run code, for /health and every code request's 503.
+        self.sandbox_problem: str | None = None
+        self.sandbox_level: str | None = None
+
+    def probe_sandbox(self) -> None:
+        """Run a one-line program under the required isolation: a sandbox that cannot isolate
+        must say so at start, not score every program 0 later."""
+        wanted = self.settings.sandbox_isolation
+        result = run_python("print('ok')", limits=self.isolated(SandboxLimits(wall_seconds=30)))
+        self.sandbox_level = result.level
+        if result.ok and result.stdout.strip() == "ok":
+            self.sandbox_problem = None
+        else:
+            self.sandbox_problem = (f"the sandbox cannot run code at isolation '{wanted}' "
+                                    f"(AGORA_SANDBOX_ISOLATION): {result.reason}")
+
+    def isolated(self, limits: SandboxLimits) -> SandboxLimits:
+        """``limits`` with the service's isolation requirement (clients cannot lower it)."""
+        return dataclasses.replace(limits, min_isolation=self.settings.sandbox_isolation)
+
+    def require_sandbox(self) -> None:
+        if self.sandbox_problem is not None:
+            raise RewardError(503, self.sandbox_problem)
+
+    def run_sandbox(self, req: SandboxRunRequest) -> SandboxRunResponse:
+        """One program of a rollout worker (a tool call), run here because only this service
+        holds a sandbox; a set-up failure is the service's fault (503), not the code's."""
+        self.require_sandbox()
+        with self.sandbox_slots:
+            result = run_python(req.code, stdin=req.stdin, files=req.files,
+                                limits=self.isolated(req.limits.sandbox()))
+        VERIFICATIONS.labels("sandbox", result.status.value).inc()
+        if result.status is SandboxStatus.SANDBOX_ERROR:
+            raise RewardError(503, f"sandbox: {result.reason}")
+        data = dataclasses.asdict(result)
+        return SandboxRunResponse(**{k: data[k] for k in SandboxRunResponse.model_fields})
 
     def warm(self) -> None:
-        """Load the learned verifier in the background: ``/health`` must not wait for torch."""
+        """Probe the sandbox (a fraction of a second), and load the learned verifier in the
+        background: ``/health`` must not wait for torch."""
+        self.probe_sandbox()
         if self.learned.configured:
             threading.Thread(target=self.learned.warm, name="learned-verifier-load",
                              daemon=True).start()
@@ -118,13 +161,18 @@ class RewardService:
         return verdict
 
     def verify_math(self, req: MathVerifyRequest) -> MathVerifyResponse:
-        limits = req.program_limits.sandbox()
+        limits = self.isolated(req.program_limits.sandbox())
+        if req.answer != "text":
+            self.require_sandbox()
 
         def check(response: str) -> tuple[MathVerdict, ProgramRun | None]:
             # A program answer runs in the sandbox, like code tests: it waits for a slot.
             runs = req.answer != "text" and last_program(response) is not None
             with self.sandbox_slots if runs else contextlib.nullcontext():
-                return verify_answer(response, req.task, req.answer, limits)
+                verdict, run = verify_answer(response, req.task, req.answer, limits)
+            if run is not None and run.status == SandboxStatus.SANDBOX_ERROR:
+                raise RewardError(503, f"sandbox: {run.reason}")
+            return verdict, run
 
         try:
             if req.answer == "text":
@@ -196,12 +244,16 @@ class RewardService:
             expected_test_names(req.tests)
         except ValueError as err:
             raise RewardError(422, f"tests: {err}") from None
+        self.require_sandbox()
         programs = req.programs()
-        limits = req.limits.sandbox()
+        limits = self.isolated(req.limits.sandbox())
 
         def run(program: str) -> CodeVerdict:
             with self.sandbox_slots:  # the wall clock starts inside run_python, after the wait
-                return verify_code(program, req.tests, limits)
+                verdict = verify_code(program, req.tests, limits)
+            if verdict.status == SandboxStatus.SANDBOX_ERROR:  # ours, not the program's failure
+                raise RewardError(503, f"sandbox: {verdict.reason}")
+            return verdict
 
         with ThreadPoolExecutor(max_workers=min(len(programs), 8)) as pool:
             verdicts = list(pool.map(run, programs))

@@ -45,6 +45,7 @@ from agora.rollout.scoring import RewardUnavailable, score_episode
 from agora.rollout.seating import build_env, build_players, learner_clock
 from agora.rollout.settings import WorkerSettings
 from agora.rollout.stream import EpisodeStream
+from agora.sandbox.remote import SandboxUnavailable, code_runs_at
 from agora.serving.client import RETRYABLE, PolicyUnavailable
 from agora.stack.redis_client import resilient_redis
 from agora.train.curriculum import episode as curriculum
@@ -251,16 +252,17 @@ def play(payload: dict) -> str:
     clock = learner_clock(cfg, stream) if cfg.context_agents else None
     players = build_players(cfg, payload, stream, clock=clock)
     seed = int(payload["seed"])
-    record = asyncio.run(
-        run_episode(
-            curriculum.shape_env(cfg, build_env(cfg, payload), payload),
-            players,
-            run_id=payload["run_id"],
-            episode_id=episode_id,
-            seed=seed,
-            opponent=payload.get("opponent", "self"),
+    with code_runs_at(cfg.service_url("reward")):  # tool code runs in the reward's sandbox
+        record = asyncio.run(
+            run_episode(
+                curriculum.shape_env(cfg, build_env(cfg, payload), payload),
+                players,
+                run_id=payload["run_id"],
+                episode_id=episode_id,
+                seed=seed,
+                opponent=payload.get("opponent", "self"),
+            )
         )
-    )
     if "task" in payload:
         record.task_id = payload["task"]["task_id"]
     if cfg.context_agents:
@@ -293,7 +295,7 @@ def play(payload: dict) -> str:
 def play_episode(self, payload: dict) -> str:
     try:
         return play(payload)
-    except (PolicyUnavailable, RewardUnavailable) as err:
+    except (PolicyUnavailable, RewardUnavailable, SandboxUnavailable) as err:
         # Servers restarting: wait and retry for as long as it takes (bounded by max_retries).
         ROLLOUT_RETRIES.labels("unavailable").inc()
         # An explicit countdown: without one Celery waits its default_retry_delay, 3 minutes.

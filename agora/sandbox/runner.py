@@ -15,29 +15,37 @@ Layers, outermost first (each one covers a hole the others leave):
   sandboxed process, waits for it and reports its exit status and CPU time on a private pipe.
   It is a fresh single-threaded process, so unlike `preexec_fn` in a multi-threaded service
   (uvicorn, Celery) nothing can deadlock between fork and exec.
-* As root, it unshares network, mount, PID and IPC namespaces. The network namespace has only a
-  downed loopback: no TCP/UDP anywhere, not even 127.0.0.1 (the Redis broker, vLLM). In the mount
-  namespace `SandboxLimits.hidden_paths` (/root, /tmp, /var/lib, ...) and every top-level
-  directory that is not part of the OS (/work, /check, /data: wherever a checkout or a user's files
-  may live; an allow-list, because a deny-list misses the folder nobody thought of) are covered by
-  empty tmpfs and only the interpreter's own prefix is bound back read-only; the working
-  directory is a fresh size-capped tmpfs. In the PID namespace the sandboxed process is init,
-  so when it dies the kernel kills every process it left behind, even ones that called setsid().
-* The sandboxed process then drops to a fresh uid/gid chosen per run (no supplementary groups),
-  because RLIMIT_NPROC is not enforced for root and root can read every file. A private uid makes
-  the process limit count this run only and lets the parent kill "everything of that uid".
+* It unshares network, mount, PID and IPC namespaces: directly as root, inside a fresh user
+  namespace (mapping only its own uid, the way bubblewrap runs unprivileged) otherwise. The
+  network namespace has only a downed loopback: no TCP/UDP anywhere, not even 127.0.0.1 (the
+  Redis broker, vLLM), and no abstract unix socket of the host. In the mount namespace
+  `SandboxLimits.hidden_paths` (/root, /tmp, /var/lib, ...) and every top-level directory that
+  is not part of the OS (/work, /check, /data: wherever a checkout or a user's files may live;
+  an allow-list, because a deny-list misses the folder nobody thought of) are covered by empty
+  tmpfs and only the interpreter's own prefix is bound back read-only; /dev is a tmpfs with
+  null, zero, full, random and urandom only (no GPU, disk or kmsg node), /sys is empty, and the
+  working directory is a fresh size-capped tmpfs. In the PID namespace the sandboxed process is
+  init with a fresh /proc, so it sees no process outside and when it dies the kernel kills
+  every process it left behind, even ones that called setsid().
+* As root, the sandboxed process then drops to a fresh uid/gid chosen per run (no
+  supplementary groups), because RLIMIT_NPROC is not enforced for root and root can read every
+  file. A private uid makes the process limit count this run only and lets the parent kill
+  "everything of that uid".
 * rlimits: CPU, address space, file size, process count, open files, no core dumps.
-* no_new_privs (no set-uid binaries) and a seccomp filter: only AF_UNIX sockets, no new
-  namespaces, no io_uring (defence in depth; the only network barrier without namespaces).
+* no_new_privs (no set-uid binaries) and a seccomp allow-list through libseccomp (about 200
+  syscalls: files, memory, threads, processes, pipes, AF_UNIX sockets, polling); ptrace,
+  keyctl, bpf, perf_event_open, io_uring, mount, new namespaces and the rest fail with EPERM.
+  Where libseccomp is missing, a hand-written deny-list of the dangerous ones instead.
+* The supervisor follows its caller: when the service that asked for the run dies, even by
+  SIGKILL, it kills the run (`_wait_or_follow_caller`).
 
-Without root, the supervisor tries an unprivileged user+network namespace; if that fails too,
-the seccomp filter is the only network barrier. In both that case and root without
-CAP_SYS_ADMIN (a default container), there is no mount or PID namespace: files are protected only
-by their permissions, /proc shows the host's processes, and cleanup is by process group (plus
-by uid when root), so code that calls setsid() can outlive the run without root. These paths
-cannot be exercised on the development machine (root with full capabilities). What was actually
-applied is listed in `SandboxResult.isolation`; if no network barrier at all can be installed and
-`require_network_isolation` is set, the code is not run.
+What a run reached is `SandboxResult.level` (`ISOLATION_LEVELS`: full, network, seccomp), with
+the measures listed in `SandboxResult.isolation`. Below `SandboxLimits.min_isolation` (default
+full) the code is not run: a SANDBOX_ERROR says why. The weaker levels exist for hosts that
+allow neither root nor user namespaces (e.g. a container runtime whose seccomp profile blocks
+unshare): there files are protected only by their permissions and cleanup is by process
+group, so they must be asked for explicitly. tests/integration/test_sandbox_attacks.py runs
+the attacks as root and, for real, as an unprivileged user.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import platform
 import pwd
 import resource
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -107,6 +116,14 @@ _UID_BASE = 10_000_000
 _UID_SPAN = 1 << 24
 _MAIN = "main.py"
 _SETUP_FAILED = 125
+# What a run can get, strongest first:
+#  full     network + mount + PID + IPC namespaces: no network, only the OS and the interpreter
+#           visible (read-only), a private /dev and /proc, no /sys, nothing outlives the run.
+#           As root, or as any user where unprivileged user namespaces are allowed.
+#  network  a network namespace only: files readable per their permissions, /proc shows the
+#           host, cleanup by process group (a setsid() child of a non-root run can survive).
+#  seccomp  no namespace at all: the syscall filter is the only network barrier.
+ISOLATION_LEVELS: tuple[str, ...] = ("full", "network", "seccomp")
 
 
 class SandboxStatus(enum.StrEnum):
@@ -138,8 +155,14 @@ class SandboxLimits:
     max_processes: int = 32
     max_open_files: int = 64
     max_output_bytes: int = 64 * 1024  # per stream (stdout, stderr)
-    seccomp_filter: bool = True  # only AF_UNIX sockets, no new namespaces, no io_uring
+    seccomp_filter: bool = True  # a syscall allow-list (libseccomp), else a deny-list
     require_network_isolation: bool = True  # refuse to run if no network barrier can be set up
+    # The weakest isolation the code may run under (ISOLATION_LEVELS); below it the run is
+    # refused with a SANDBOX_ERROR that says why, never run half-isolated.
+    min_isolation: str = "full"
+    # Without root, isolation comes from an unprivileged user namespace. Some operators turn
+    # those off (they widen the kernel surface); then only min_isolation="seccomp" runs code.
+    user_namespaces: bool = True
     hidden_paths: tuple[str, ...] = DEFAULT_HIDDEN_PATHS
     hide_non_system_dirs: bool = True  # also hide every top-level dir outside SYSTEM_TOP_LEVEL_DIRS
 
@@ -156,6 +179,9 @@ class SandboxLimits:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive")
+        if self.min_isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"SandboxLimits.min_isolation must be one of {ISOLATION_LEVELS}, "
+                             f"not {self.min_isolation!r}")
 
 
 @dataclass(frozen=True)
@@ -170,6 +196,7 @@ class SandboxResult:
     cpu_s: float | None = None
     isolation: tuple[str, ...] = ()  # the measures actually applied, for logs and audits
     sandbox_uid: int | None = None
+    level: str | None = None  # the ISOLATION_LEVELS entry reached (None: set-up never got there)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -336,6 +363,9 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
     privileged = os.geteuid() == 0
     uid = _pick_uid() if privileged else None
     status_r, status_w = os.pipe()
+    # The lifeline: the supervisor holds its read end and kills the run when it reads EOF, i.e.
+    # when this process is gone (even by SIGKILL), so no run outlives the service that started it.
+    life_r, life_w = os.pipe()
     config = {
         "workdir": workdir,
         "uid": uid,
@@ -352,6 +382,7 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
         "expose": _exposed_prefixes(interp),
         "hidden": _hidden_paths(limits),
         "status_fd": status_w,
+        "lifeline_fd": life_r,
         "limits": {
             "cpu": int(limits.cpu_seconds),
             "as_mb": limits.memory_mb,
@@ -362,6 +393,8 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
         },
         "seccomp": limits.seccomp_filter,
         "require_net": limits.require_network_isolation,
+        "min_level": limits.min_isolation,
+        "userns": limits.user_namespaces,
     }
     with tempfile.TemporaryFile() as stdin_file:
         # A file, not a pipe: a child that never reads stdin cannot stall the parent.
@@ -373,14 +406,14 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
                 stdin=stdin_file,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(status_w,),
+                pass_fds=(status_w, life_r),
                 start_new_session=True,
                 cwd=workdir,
                 env={"PATH": "/usr/bin:/bin"},
             )
         except OSError as exc:
-            os.close(status_r)
-            os.close(status_w)
+            for fd in (status_r, status_w, life_r, life_w):
+                os.close(fd)
             return SandboxResult(
                 SandboxStatus.SANDBOX_ERROR,
                 None,
@@ -391,7 +424,11 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
                 f"could not start sandbox: {exc}",
             )
         os.close(status_w)
-        return _supervise(proc, status_r, limits, uid, started)
+        os.close(life_r)
+        try:
+            return _supervise(proc, status_r, limits, uid, started)
+        finally:
+            os.close(life_w)
 
 
 def _supervise(
@@ -493,6 +530,8 @@ def _parse_events(raw: bytes) -> tuple[dict[str, dict[str, Any]], list[str]]:
                 events.setdefault(event["event"], event)
                 if event["event"] == "isolation":
                     notes.extend(str(n) for n in event.get("notes", ()))
+                    if "level" in event:
+                        events["level"] = event
     return events, notes
 
 
@@ -581,6 +620,7 @@ def _classify(
         cpu_s=cpu_s,
         isolation=tuple(notes),
         sandbox_uid=uid,
+        level=str(events["level"]["level"]) if "level" in events else None,
         extra={"maxrss_kb": exit_event.get("maxrss_kb")} if exit_event else {},
     )
 
@@ -603,6 +643,12 @@ _SECCOMP_MODE_FILTER = 2
 _SECCOMP_ARCHES = {
     "x86_64": (0xC000003E, {"socket": 41, "clone": 56, "unshare": 272}),
     "aarch64": (0xC00000B7, {"socket": 198, "clone": 220, "unshare": 97}),
+}
+# The deny-list's EPERM syscalls: ptrace, process_vm_readv/writev, add_key, request_key, keyctl,
+# perf_event_open, bpf, userfaultfd, mount, setns.
+_DENIED = {
+    "x86_64": (101, 310, 311, 248, 249, 250, 298, 321, 323, 165, 308),
+    "aarch64": (117, 270, 271, 217, 218, 219, 241, 280, 282, 40, 268),
 }
 _NR_IO_URING_SETUP, _NR_CLONE3 = 425, 435
 _CLONE_NAMESPACE_FLAGS = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
@@ -640,7 +686,8 @@ def _prctl(option: int, arg2: int = 0, arg3: ctypes.c_void_p | None = None) -> N
 
 
 def _install_seccomp_filter() -> None:
-    """Seccomp: sockets only for AF_UNIX, no new namespaces, no io_uring.
+    """The fallback deny-list: sockets only for AF_UNIX, no new namespaces, no io_uring, and
+    `_DENIED`. Written by hand (raw BPF) because it must work where libseccomp is missing.
 
     * socket(): anything but AF_UNIX gets EACCES. The network namespace already has no route;
       this also covers machines where namespaces are unavailable.
@@ -671,6 +718,8 @@ def _install_seccomp_filter() -> None:
         (ret, 0, 0, err | errno.ENOSYS),
         (jeq, 0, 1, nr["unshare"]),
         (ret, 0, 0, err | errno.EPERM),
+        *[insn for denied in _DENIED[arch]
+          for insn in ((jeq, 0, 1, denied), (ret, 0, 0, err | errno.EPERM))],
         (jeq, 0, 4, nr["clone"]),
         (ld, 0, 0, arg0),  # clone flags
         (jset, 0, 1, _CLONE_NAMESPACE_FLAGS),
@@ -692,6 +741,132 @@ def _install_seccomp_filter() -> None:
     prog = SockFprog(len(program), ctypes.addressof(buf))
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.c_void_p(ctypes.addressof(prog)))
+
+
+# The device nodes a program may need; everything else of /dev (disks, GPUs, kmsg, mem) is gone.
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+# statvfs flags that a mount in a user namespace locks: a remount must repeat them (EPERM else).
+_LOCKED_STATVFS_TO_MS = ((os.ST_NOEXEC, _MS_NOEXEC), (os.ST_NOATIME, 1024),
+                         (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
+
+
+def _locked_flags(path: str) -> int:
+    flags = os.statvfs(path).f_flag
+    return sum(ms for st, ms in _LOCKED_STATVFS_TO_MS if flags & st)
+
+
+def _minimal_dev(devices: dict[str, int], size_mb: int) -> None:
+    """/dev as a fresh tmpfs with only `_DEVICES` bound in (bind mounts of the host's nodes:
+    creating nodes needs CAP_MKNOD, which a user namespace lacks), the usual links, and a
+    size-capped /dev/shm for multiprocessing's semaphores."""
+    _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=755,size=64k,nr_inodes=64")
+    for name, fd in devices.items():
+        open(f"/dev/{name}", "w").close()
+        _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, _MS_BIND)
+        os.close(fd)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"/dev/{link}")
+    os.mkdir("/dev/shm")
+    _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+           f"mode=1777,size={size_mb}m,nr_inodes=256")
+
+
+# The syscalls a Python program (threads, subprocesses, files, pipes, AF_UNIX sockets, select/
+# epoll, multiprocessing) needs; the rest fail with EPERM. Left out on purpose, among others:
+# ptrace, process_vm_*, keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd,
+# io_uring_*, mount/umount2/pivot_root/chroot, setns/unshare, kexec_*, *_module, personality,
+# syslog, swapon, reboot, setuid/setgid and friends, rt_sigqueueinfo/rt_tgsigqueueinfo.
+_ALLOWED_SYSCALLS = (
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2",
+    "pwritev2", "open", "openat", "openat2", "close", "close_range", "creat", "lseek", "stat",
+    "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs", "access", "faccessat",
+    "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "getcwd", "chdir", "fchdir",
+    "mkdir", "mkdirat", "rmdir", "rename", "renameat", "renameat2", "link", "linkat", "unlink",
+    "unlinkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "fchown", "lchown",
+    "fchownat", "chown", "umask", "truncate", "ftruncate", "fallocate", "fsync", "fdatasync",
+    "sync_file_range", "flock", "fcntl", "ioctl", "dup", "dup2", "dup3", "pipe", "pipe2",
+    "sendfile", "copy_file_range", "splice", "tee", "fadvise64", "readahead", "utime", "utimes",
+    "utimensat", "futimesat", "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr",
+    "flistxattr", "mmap", "munmap", "mprotect", "mremap", "msync", "mincore", "madvise", "brk",
+    "memfd_create", "membarrier", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn",
+    "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend", "sigaltstack", "kill", "tgkill", "tkill",
+    "pause", "alarm", "getitimer", "setitimer", "nanosleep", "clock_nanosleep", "clock_gettime",
+    "clock_getres", "gettimeofday", "time", "times", "clone", "fork", "vfork", "execve",
+    "execveat", "exit", "exit_group", "wait4", "waitid", "pidfd_open", "set_tid_address",
+    "set_robust_list", "get_robust_list", "futex", "futex_waitv", "rseq", "arch_prctl", "prctl",
+    "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler",
+    "sched_get_priority_max", "sched_get_priority_min", "getpid", "getppid", "gettid", "getuid",
+    "geteuid", "getgid", "getegid", "getresuid", "getresgid", "getgroups", "getpgrp", "getpgid",
+    "setpgid", "getsid", "setsid", "getrlimit", "prlimit64", "getrusage", "getpriority", "sysinfo",
+    "uname", "capget", "getrandom", "poll", "ppoll", "select", "pselect6", "epoll_create",
+    "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd",
+    "eventfd2", "timerfd_create", "timerfd_settime", "timerfd_gettime", "signalfd", "signalfd4",
+    "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "socketpair",
+    "connect", "accept", "accept4", "bind", "listen", "shutdown", "getsockname", "getpeername",
+    "setsockopt", "getsockopt", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
+    "restart_syscall"
+)
+_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 4, 7
+
+
+def _scmp_errno(err: int) -> int:
+    return 0x00050000 | err
+
+
+class _ScmpArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+def _install_seccomp() -> str:
+    """The allow-list through libseccomp (it knows each architecture's numbers and rejects
+    foreign ABIs); where the library is missing, the hand-written deny-list below. Returns the
+    isolation note."""
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    except OSError:
+        _install_seccomp_filter()
+        return ("seccomp deny-list (libseccomp missing): only AF_UNIX sockets, no new "
+                "namespaces, no io_uring, ptrace, keyctl, bpf or perf_event_open")
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ScmpArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(_scmp_errno(errno.EPERM))
+    if not ctx:
+        raise OSError(errno.ENOMEM, "seccomp_init failed")
+
+    def rule(action: int, name: str, *conditions: tuple[int, int, int, int]) -> None:
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:  # not a syscall of this architecture (e.g. open on aarch64)
+            return
+        array = (_ScmpArgCmp * max(1, len(conditions)))(*[_ScmpArgCmp(*c) for c in conditions])
+        result = lib.seccomp_rule_add_array(ctx, action, nr, len(conditions), array)
+        if result != 0:
+            raise OSError(-result, f"seccomp rule for {name}: {os.strerror(-result)}")
+
+    for name in _ALLOWED_SYSCALLS:
+        if name not in ("clone", "socketpair"):
+            rule(_SCMP_ACT_ALLOW, name)
+    # Threads and processes, but no new namespaces; clone3's flags are out of the filter's
+    # reach, so it reports ENOSYS and libc falls back to clone.
+    rule(_SCMP_ACT_ALLOW, "clone", (0, _SCMP_CMP_MASKED_EQ, _CLONE_NAMESPACE_FLAGS, 0))
+    rule(_scmp_errno(errno.ENOSYS), "clone3")
+    for name in ("socket", "socketpair"):  # AF_UNIX only (a path or abstract name)
+        rule(_SCMP_ACT_ALLOW, name, (0, _SCMP_CMP_EQ, 1, 0))
+        rule(_scmp_errno(errno.EACCES), name, (0, _SCMP_CMP_NE, 1, 0))
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    result = lib.seccomp_load(ctx)
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release(ctx)
+    if result != 0:
+        raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
+    return (f"seccomp allow-list of {len(_ALLOWED_SYSCALLS)} syscalls (libseccomp): only AF_UNIX "
+            "sockets, no new namespaces; ptrace, keyctl, bpf, perf_event_open, io_uring, mount "
+            "and the rest fail with EPERM")
 
 
 def _under(path: str, roots: list[str]) -> bool:
@@ -717,6 +892,8 @@ def _private_filesystem(cfg: dict[str, Any]) -> str:
     hidden = [p for p in dict.fromkeys(cfg["hidden"]) if p != "/" and os.path.isdir(p)]
     # O_PATH handles keep the interpreter reachable after its parents are covered.
     handles = {p: os.open(p, os.O_PATH) for p in cfg["expose"] if _under(p, hidden)}
+    devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in _DEVICES
+               if os.path.exists(f"/dev/{name}")}
 
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing below may propagate to the host
     for path in hidden:
@@ -731,8 +908,12 @@ def _private_filesystem(cfg: dict[str, Any]) -> str:
     for path, fd in handles.items():
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
-        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+               | _locked_flags(path))
         os.close(fd)
+    _minimal_dev(devices, lim["disk_mb"])
+    _mount("tmpfs", "/sys", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY,
+           "mode=555,size=1k,nr_inodes=16")
     os.makedirs(workdir, exist_ok=True)
     owner = f",uid={uid},gid={uid}" if uid is not None else ""
     _mount(
@@ -749,11 +930,17 @@ def _private_filesystem(cfg: dict[str, Any]) -> str:
             fh.write(data)
     if uid is not None:
         _chown_tree(workdir, uid)
-    return f"mount namespace: hid {' '.join(hidden)}; workdir is a {lim['disk_mb']} MB tmpfs"
+    return (f"mount namespace: hid {' '.join(hidden)}; workdir is a {lim['disk_mb']} MB tmpfs; "
+            f"/dev holds only {' '.join(sorted(devices))}; /sys is empty")
 
 
-def _isolate(cfg: dict[str, Any]) -> tuple[list[str], bool, bool]:
-    """Namespaces for the about-to-be-forked child. Returns (notes, pid_ns, net_isolated)."""
+def _isolate(cfg: dict[str, Any]) -> tuple[list[str], bool, bool, str]:
+    """Namespaces for the about-to-be-forked child.
+
+    Returns (notes, pid_ns, net_isolated, level): root unshares them directly; any other user
+    gets the same set inside a fresh user namespace (what bubblewrap does unprivileged), mapped
+    to its own uid only, so it gains no power over anything outside.
+    """
     notes: list[str] = []
     uid = cfg["uid"]
     if os.geteuid() == 0:
@@ -765,33 +952,53 @@ def _isolate(cfg: dict[str, Any]) -> tuple[list[str], bool, bool]:
             notes.append("network namespace: loopback down, no routes")
             notes.append("pid + ipc namespaces")
             notes.append(_private_filesystem(cfg))
-            return notes, True, True
+            return notes, True, True, "full"
         if uid is not None:
             _chown_tree(cfg["workdir"], uid)
         try:
             _unshare(_CLONE_NEWNET)
             notes.append("network namespace: loopback down, no routes")
-            return notes, False, True
+            return notes, False, True, "network"
         except OSError as exc:
             notes.append(f"network namespace unavailable ({exc.strerror})")
-            return notes, False, False
+            return notes, False, False, "seccomp"
+    full = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWPID
+    tries = (full, _CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWIPC) if cfg["userns"] else ()
+    if not cfg["userns"]:
+        notes.append("user namespaces turned off (SandboxLimits.user_namespaces)")
+    for flags in tries:
+        try:
+            _enter_user_namespace(flags)
+        except OSError as exc:
+            notes.append(f"user namespace ({'full' if flags == full else 'network'}) "
+                         f"unavailable: {exc.strerror or exc}")
+            continue
+        if flags == full:
+            notes.append("unprivileged user namespace (own uid only)")
+            notes.append("network namespace: loopback down, no routes")
+            notes.append("pid + ipc namespaces")
+            notes.append(_private_filesystem(cfg))
+            return notes, True, True, "full"
+        notes.append("unprivileged user + network namespace; files readable per their permissions")
+        return notes, False, True, "network"
+    notes.append("not root and no user namespaces: files readable per their permissions, "
+                 "cleanup by process group only")
+    return notes, False, False, "seccomp"
+
+
+def _enter_user_namespace(flags: int) -> None:
+    """unshare(flags) with a new user namespace mapping only our own uid and gid to themselves.
+
+    Used only by the ``os.fork()``-free supervisor; a failed unshare leaves the process as it
+    was, so the caller can try a smaller set."""
     real_uid, real_gid = os.getuid(), os.getgid()
-    try:
-        _unshare(_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWIPC)
-        with open("/proc/self/setgroups", "w") as fh:
-            fh.write("deny")
-        with open("/proc/self/uid_map", "w") as fh:
-            fh.write(f"{real_uid} {real_uid} 1")
-        with open("/proc/self/gid_map", "w") as fh:
-            fh.write(f"{real_gid} {real_gid} 1")
-    except OSError as exc:
-        notes.append(
-            f"not root and no user namespaces ({exc.strerror}): files readable per "
-            "their permissions, cleanup by process group only"
-        )
-        return notes, False, False
-    notes.append("unprivileged user + network namespace; files readable per their permissions")
-    return notes, False, True
+    _unshare(flags)
+    with open("/proc/self/setgroups", "w") as fh:
+        fh.write("deny")
+    with open("/proc/self/uid_map", "w") as fh:
+        fh.write(f"{real_uid} {real_uid} 1")
+    with open("/proc/self/gid_map", "w") as fh:
+        fh.write(f"{real_gid} {real_gid} 1")
 
 
 def _become_sandboxed(
@@ -800,7 +1007,12 @@ def _become_sandboxed(
     """In the forked child: limits, drop privileges, seccomp, then exec the untrusted script."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # supervisor killed => this dies => the ns dies
     if pid_ns:
-        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        try:
+            _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        except OSError:  # e.g. a container that masks parts of /proc: show no /proc at all
+            _mount("tmpfs", "/proc", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY,
+                   "mode=555,size=1k,nr_inodes=16")
+            report(event="isolation", notes=["/proc: empty (a new procfs was refused)"])
     lim, uid = cfg["limits"], cfg["uid"]
     nproc = lim["nproc"]
     if uid is None:  # shared uid: the limit counts the service's own processes too
@@ -824,17 +1036,35 @@ def _become_sandboxed(
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     if cfg["seccomp"] or not net_isolated:
         try:
-            _install_seccomp_filter()
-            report(
-                event="isolation",
-                notes=["seccomp: only AF_UNIX sockets, no new namespaces, no io_uring"],
-            )
+            report(event="isolation", notes=[_install_seccomp()])
         except OSError as exc:
             if not net_isolated and cfg["require_net"]:
                 raise OSError(exc.errno, f"no network isolation possible: {exc}") from exc
             report(event="isolation", notes=[f"seccomp filter unavailable: {exc}"])
     os.umask(0o077)
     os.execve(cfg["interp"], cfg["argv"], cfg["env"])
+
+
+def _wait_or_follow_caller(pid: int, lifeline: int) -> tuple[int, Any]:
+    """wait4(pid), but SIGKILL the run as soon as the caller is gone (EOF on the lifeline).
+
+    Not PR_SET_PDEATHSIG: that fires when the *thread* that started us exits, and the services
+    start runs from worker threads that come and go. The run is a PID-namespace init (its
+    death ends every process inside) or, without one, is in this supervisor's process group."""
+    try:
+        child = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        child = None
+    while True:
+        ready, _, _ = select.select([lifeline] + ([child] if child is not None else []), [], [],
+                                    None if child is not None else 0.1)
+        done, wait_status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return wait_status, usage
+        if lifeline in ready and not os.read(lifeline, 1):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # the run's group, this supervisor included
 
 
 def _supervisor_main(config_json: str) -> NoReturn:
@@ -848,11 +1078,16 @@ def _supervisor_main(config_json: str) -> NoReturn:
 
     os.umask(0o022)
     try:
-        notes, pid_ns, net_isolated = _isolate(cfg)
+        notes, pid_ns, net_isolated, level = _isolate(cfg)
     except Exception as exc:  # fail closed: never run the code half-isolated
         report(event="error", reason=f"sandbox set-up failed: {exc}")
         os._exit(_SETUP_FAILED)
-    report(event="isolation", notes=notes)
+    report(event="isolation", notes=notes, level=level)
+    wanted = cfg.get("min_level", "full")
+    if ISOLATION_LEVELS.index(level) > ISOLATION_LEVELS.index(wanted):
+        report(event="error", reason=f"sandbox isolation is {level!r}, below the required "
+               f"{wanted!r} ({'; '.join(notes)}); the code was not run")
+        os._exit(_SETUP_FAILED)
     pid = os.fork()
     if pid == 0:
         try:
@@ -863,7 +1098,7 @@ def _supervisor_main(config_json: str) -> NoReturn:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # only the sandboxed process should hold the output pipes
         os.dup2(devnull, fd)
-    _, wait_status, usage = os.wait4(pid, 0)
+    wait_status, usage = _wait_or_follow_caller(pid, int(cfg["lifeline_fd"]))
     report(
         event="exit",
         wait_status=wait_status,

@@ -13,7 +13,8 @@ import re
 
 import simpleeval
 
-from agora.sandbox.runner import SandboxLimits, run_python
+from agora.sandbox.remote import run_untrusted
+from agora.sandbox.runner import SandboxLimits
 from agora.tools.registry import ToolRegistry, ToolResult, clip
 from agora.tools.search import DEFAULT_CORPUS, index_for
 
@@ -124,7 +125,7 @@ def run_sandboxed(code: str) -> ToolResult | str:
         code = _with_printed_last_expression(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         return ToolResult("python", f"error: {type(err).__name__}: {err}", "tool_error")
-    result = run_python(code, limits=PYTHON_LIMITS)
+    result = run_untrusted(code, limits=PYTHON_LIMITS)
     out = result.stdout.strip()
     if result.ok:
         return clip(out, PYTHON_OUTPUT_CHARS) if out else "(no output)"

@@ -23,6 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from agora.sandbox.remote import SandboxUnavailable
+
 NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_\-]{0,31}"
 DEFAULT_MAX_CHARS = 400  # longest result text fed back to the agent
 
@@ -75,6 +77,8 @@ class Tool:
                                               max_chars), "bad_arguments")
         try:
             output = self.func(**dict(args))
+        except SandboxUnavailable:  # the service's fault, not the agent's: retry the episode
+            raise
         except Exception as err:  # a tool's own failure is the call's result, not a crash
             return ToolResult(self.name, clip(f"error: {self.name} failed: "
                                               f"{type(err).__name__}: {err}", max_chars),

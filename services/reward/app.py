@@ -13,6 +13,7 @@ imports without side effects and a bad variable fails before the port is bound.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -26,17 +27,23 @@ from agora.rewards.schemas import (
     CodeVerifyResponse,
     MathVerifyResponse,
     NLIVerifyResponse,
+    SandboxRunRequest,
+    SandboxRunResponse,
     ScoreRequest,
     ScoreResponse,
 )
 from agora.rewards.service import RewardError, RewardService
 from agora.rewards.settings import RewardSettings
 from agora.rewards.verifiers.game import GameVerdict
+from agora.sandbox.remote import ENV_VAR as SANDBOX_URL_VAR
 
 
 def create_app(settings: RewardSettings | None = None) -> FastAPI:
     """The reward service for ``settings`` (default: from the environment)."""
     service = RewardService(settings or RewardSettings.from_env())
+    # This service *is* the sandbox: a sandbox URL inherited from a shared environment would
+    # make it post code to itself (agora/sandbox/remote.py).
+    os.environ.pop(SANDBOX_URL_VAR, None)
 
     # Nothing else is warmed up at start: a game-only run should not pay reasoning-gym's ~5 s
     # import or a math-verify worker process. The first math request pays them (~2-6 s).
@@ -53,9 +60,20 @@ def create_app(settings: RewardSettings | None = None) -> FastAPI:
     async def _refused(_: Request, err: RewardError) -> JSONResponse:
         return JSONResponse(status_code=err.status, content={"detail": err.message})
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
+    @app.get("/health", response_model=None)
+    def health() -> dict[str, str] | JSONResponse:
+        """503 while the sandbox cannot reach its isolation (AGORA_SANDBOX_ISOLATION): the
+        stack must not start on a service that would score every program as failing."""
+        if service.sandbox_problem is not None:
+            return JSONResponse(status_code=503, content={"status": "unhealthy",
+                                                          "detail": service.sandbox_problem})
         return {"status": "ok"}
+
+    @app.post("/v1/sandbox/run", response_model=SandboxRunResponse)
+    def sandbox_run(req: SandboxRunRequest) -> SandboxRunResponse:
+        """Run one untrusted program (a rollout worker's tool call) in this service's sandbox:
+        model-written code runs nowhere else (agora/sandbox/remote.py)."""
+        return service.run_sandbox(req)
 
     @app.post("/v1/verify", response_model=GameVerdict | MathVerifyResponse | NLIVerifyResponse
               | CodeVerifyResponse)

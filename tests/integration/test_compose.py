@@ -307,6 +307,9 @@ def test_agoras_own_services_run_unprivileged(projects, profile):
         assert svc["cap_drop"] == ["ALL"], (profile, name)
         assert "no-new-privileges:true" in svc["security_opt"], (profile, name)
         assert not svc.get("cap_add") and not svc.get("privileged"), (profile, name)
+    # Rollout workers only read models and runs: nothing they run may overwrite an adapter.
+    assert {m["target"]: m.get("read_only", False) for m in hosts["rollout"]["volumes"]} == {
+        "/cache": True, "/runs": True, "/configs": True}
 
 
 def test_gateway_settings_and_published_ports(projects):

@@ -228,6 +228,9 @@ def test_trainer_workers_and_volumes(built, tmp_path, monkeypatch):
     assert "-A services.rollout.worker inspect ping" in " ".join(
         worker["livenessProbe"]["exec"]["command"])
     metrics_port = int(container_env(resources, worker)[WORKER_METRICS_PORT_ENV])
+    # Issue 18: a worker only reads models and runs; nothing it runs may overwrite an adapter.
+    assert {m["mountPath"]: m.get("readOnly", False) for m in worker["volumeMounts"]} == {
+        "/configs": True, "/cache": True, "/runs": True}
     rollout_service = find(resources, "Service", "rollout")
     assert rollout_service["spec"]["clusterIP"] == "None"
     assert port_of(worker, rollout_service["spec"]["ports"][0]["targetPort"]) == metrics_port

@@ -11,6 +11,7 @@ import random
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -305,6 +306,29 @@ def test_scripted_support_episodes_through_the_rollout_task(redis_url):
     record = _play(_config(redis_url, seats, guess, levels=[1]), redis_url, 2)
     assert record.results == ["failure"] * 3 and [t.reward for t in record.turns] == [0.0]
     assert record.info["metrics"][record.seats[0]] == {"task_success": 0.0, "tool_calls": 0.0}
+
+
+def _sandbox_runs(reward_url: str) -> float:
+    text = httpx.get(f"{reward_url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("agora_verifications_total{") and 'kind="sandbox"' in line)
+
+
+def test_the_python_tool_of_a_rollout_runs_in_the_reward_services_sandbox(redis_url, reward_url):
+    """Issue 18: model-written code never runs in the rollout worker. The billing desk has only
+    the python tool for its arithmetic; the run's reward service must run every call."""
+    desk = {"triage": {"strategy": "support_oracle"}, "billing": {"strategy": "support_oracle"},
+            "policy": {"strategy": "support_oracle"}}
+    seats = ["context:triage", "context:billing", "context:policy"]
+    cfg = _config(redis_url, seats, desk, levels=[3],
+                  tools={"billing": ["search", "python"]})
+    cfg.services.reward_port = int(reward_url.rsplit(":", 1)[1])
+    before = _sandbox_runs(reward_url)
+    record = _play(cfg, redis_url, 1)
+    calls = [c for c in record.info["calls"] if c["tool"] == "python"]
+    assert calls and all(not c["error"] for c in calls), calls
+    assert record.results == ["success"] * 3
+    assert _sandbox_runs(reward_url) - before == len(calls)
 
 
 # --------------------------------------------------------------------------- tiny-random

@@ -24,7 +24,8 @@ from typing import Literal
 
 from agora.data.base import TaskRef
 from agora.rewards.verifiers.math import MathVerdict, verify_math
-from agora.sandbox.runner import SandboxLimits, run_python
+from agora.sandbox.remote import run_untrusted
+from agora.sandbox.runner import SandboxLimits
 
 AnswerMode = Literal["text", "program", "either"]
 # A fenced block tagged python / py / python3 (or untagged): what chat models write for code.
@@ -55,7 +56,7 @@ def last_program(response: str) -> str | None:
 
 
 def run_program(program: str, limits: SandboxLimits) -> ProgramRun:
-    result = run_python(program, limits=limits)
+    result = run_untrusted(program, limits=limits)
     if not result.ok:
         return ProgramRun(status=str(result.status), printed=None, reason=result.reason)
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
