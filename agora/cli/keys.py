@@ -1,6 +1,7 @@
 """``agora keys ...``: the gateway's API keys (stored hashed in Redis, see ``agora.gateway.keys``).
 
     agora keys create alice --rate 60     # prints the key once; 60 requests per minute
+    agora keys create ops --scope admin   # may also start, read and stop training runs
     agora keys list
     agora keys revoke alice
 
@@ -54,19 +55,21 @@ def create(
     name: str = typer.Argument(..., help="who the key is for (shown in metrics and listings)"),
     rate: int = typer.Option(None, "--rate", help="requests per minute (default: the "
                              "gateway's AGORA_GATEWAY_DEFAULT_RATE, 600; 0 there: unlimited)"),
+    scope: str = typer.Option("chat", "--scope", help="chat: models, agents, chat, its own "
+                              "episodes. admin: also training runs (/v1/runs)"),
     redis_url: str = RedisUrl,
 ) -> None:
     """Create a key and print it (only now: it is stored hashed). Once any key exists, the
     gateway requires one on every route except /health and /metrics."""
     try:
-        key = _store(redis_url).create(name, rate)
+        key = _store(redis_url).create(name, rate, scope)
     except KeyStoreError as err:
         raise _fail(err) from None
     # Plain print: the key alone on stdout so scripts can capture it (KEY=$(agora keys create x)).
     print(key)
     limit = f"{rate} requests/minute" if rate else "the gateway's default rate"
-    Console(stderr=True).print(f"[green]created[/] key '{escape(name)}' ({limit}); store it "
-                               "now, it is shown only once")
+    Console(stderr=True).print(f"[green]created[/] {scope} key '{escape(name)}' ({limit}); "
+                               "store it now, it is shown only once")
 
 
 @keys_app.command("revoke")
@@ -87,8 +90,9 @@ def list_keys(redis_url: str = RedisUrl) -> None:
         console.print("no keys: the gateway is open (unless AGORA_GATEWAY_REQUIRE_KEYS=1)")
         return
     table = Table(title="gateway API keys")
-    for column in ("name", "key starts", "rate / min", "created"):
+    for column in ("name", "scope", "key starts", "rate / min", "created"):
         table.add_column(column)
     for key in keys:
-        table.add_row(key.name, key.hint + "...", str(key.rate or "default"), key.created)
+        table.add_row(key.name, key.scope, key.hint + "...", str(key.rate or "default"),
+                      key.created)
     console.print(table)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -20,12 +22,13 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from agora.cli.keys import keys_app
+from agora.cli.keys import PEPPER_ENV, keys_app
 from agora.cli.reflection import reflect_app
 from agora.cli.results import results
 from agora.cli.verifier import verifier_app
 from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
+from agora.gateway.keys import KeyStore
 from agora.rollout.stream import RunKeys
 from agora.stack.launcher import LaunchError, Stack, make_stack
 from agora.stack.procs import ServiceFailed
@@ -149,6 +152,9 @@ def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
         stack.start(on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"))
         console.print(f"[green]stack up[/] in {time.monotonic() - started:.0f}s; "
                       f"gateway http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}")
+        if not stack.open_gateway:
+            console.print(f"  API keys required: agora keys create NAME --redis-url "
+                          f"{stack.redis_url} (--scope admin for runs), or agora up --open")
         with Live(progress_table(stack, started), console=console, refresh_per_second=1) as live:
             def tick() -> None:
                 # Redis restarting (agora/stack/supervisor.py): keep the last view until it is back.
@@ -182,11 +188,13 @@ def up(
     run_id: str = typer.Option(None, help="run id (default: <name>-<timestamp>)"),
     resume: bool = typer.Option(False, help="continue run --run-id from its last checkpoint"),
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
+    open_gateway: bool = typer.Option(False, "--open", help="let the gateway answer without "
+                                      "API keys (local play); default: keys required"),
 ) -> None:
     """Start the whole system locally and train until the config's budget is spent."""
     cfg = _load(config, overrides)
     try:
-        stack = make_stack(cfg, run_id, resume)
+        stack = make_stack(cfg, run_id, resume, open_gateway=open_gateway)
     except LaunchError as err:
         console.print(f"[bold red]cannot start[/]: {err}")
         raise typer.Exit(2) from None
@@ -245,7 +253,13 @@ def ask_gateway_for_move(stack: Stack, agent: str) -> None:
     choices = legal_completions(env, prefill) if sampling.legal_actions_only else None
     body = chat_request(agent, messages, sampling, prefill, choices)
     url = f"http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}/v1/chat/completions"
-    resp = httpx.post(url, json=body, timeout=60)
+    # The gateway requires keys: the demo makes itself a chat key, as a user would.
+    name = f"demo-{secrets.token_hex(3)}"
+    key = KeyStore(redis.Redis.from_url(stack.redis_url),
+                   os.environ.get(PEPPER_ENV, "")).create(name, scope="chat")
+    console.print(f"[cyan]>[/] made the chat key '{name}' (agora keys create {name}) to ask "
+                  "the gateway")
+    resp = httpx.post(url, json=body, timeout=60, headers={"authorization": f"Bearer {key}"})
     resp.raise_for_status()
     answer = cfg.environment.prefill + resp.json()["choices"][0]["message"]["content"]
     position = render_board(env.board) if isinstance(env, TicTacToe) else messages[-1]["content"]

@@ -3,7 +3,9 @@
 Auth is on once any key exists (``agora keys create``) or ``AGORA_GATEWAY_REQUIRE_KEYS=1``;
 before that the gateway is open and ignores whatever ``Authorization`` a client sends (the
 ``openai`` client always sends one). ``/health`` and ``/metrics`` stay open for probes and
-Prometheus.
+Prometheus. A key's scope (agora/gateway/keys.py) decides what it may do: ``/v1/runs`` needs
+``admin``; a ``chat`` key gets 403 there. The key's name is kept on the request
+(``request.state.api_key``): episodes belong to the key that made them.
 
 Rate limits use the ``limits`` library's fixed window in Redis (one counter per key and
 minute, shared by every gateway replica), not a hand-written counter: its window stats give
@@ -23,10 +25,16 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import FixedWindowRateLimiter
 
 from agora.gateway.errors import GatewayError
-from agora.gateway.keys import DIGESTS_HASH, KEYS_HASH, SALT_KEY, key_digest
+from agora.gateway.keys import DIGESTS_HASH, KEYS_HASH, LEGACY_SCOPE, SALT_KEY, key_digest
 from agora.ops.metrics import GATEWAY_RATE_LIMITED
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
+ADMIN_PREFIX = "/v1/runs"  # training runs: start, list, read logs, stop
+
+
+def requester(request: Request) -> str | None:
+    """The name of the key that made this request; None on an open gateway."""
+    return getattr(request.state, "api_key", None)
 
 
 def bearer_token(request: Request) -> str | None:
@@ -64,6 +72,12 @@ class Authorizer:
             raise GatewayError(401, message, "invalid_api_key",
                                headers={"www-authenticate": "Bearer"})
         request.state.api_key = key["name"]
+        scope = key.get("scope", LEGACY_SCOPE)
+        path = request.url.path
+        if scope != "admin" and (path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")):
+            raise GatewayError(403, f"key '{key['name']}' has scope '{scope}': training runs "
+                               "need an admin key (agora keys create NAME --scope admin)",
+                               "insufficient_scope")
         rate = key.get("rate") or self.default_rate
         if rate and self.limiter is not None:
             await self.check_rate(key["name"], int(rate))

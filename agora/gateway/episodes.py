@@ -115,6 +115,7 @@ class EpisodeState(BaseModel):
     actions: list[str] = Field(default_factory=list)
     turns: list[dict] = Field(default_factory=list)
     created: float
+    owner: str | None = None  # the key that made it; only that key may see or play it
 
 
 def build_env(spec: EpisodeCreate) -> TurnBasedEnv:
@@ -170,7 +171,7 @@ class EpisodeService:
 
     # --- routes --------------------------------------------------------------------------
 
-    async def create(self, raw: bytes) -> dict:
+    async def create(self, raw: bytes, owner: str | None = None) -> dict:
         try:
             spec = EpisodeCreate.model_validate(parse_json_object(raw))
         except ValidationError as err:
@@ -179,18 +180,19 @@ class EpisodeService:
         for index, seat in enumerate(spec.seats):  # unknown agents/versions fail before play
             if seat != USER and not seat.startswith(BOT_PREFIX):
                 await self.router.resolve(seat, param=f"seats.{index}")
-        state = EpisodeState(id="ep-" + secrets.token_hex(8), spec=spec, created=time.time())
+        state = EpisodeState(id="ep-" + secrets.token_hex(8), spec=spec, created=time.time(),
+                             owner=owner)
         env = build_env(spec)
         env.reset(spec.seed)
         new = await self.advance(state, env)
         await self.save(state)
         return self.view(state, env, new)
 
-    async def get(self, episode_id: str) -> dict:
-        state = await self.load(episode_id)
+    async def get(self, episode_id: str, requester: str | None = None) -> dict:
+        state = await self.load(episode_id, requester)
         return self.view(state, replay(state), [])
 
-    async def move(self, episode_id: str, raw: bytes) -> dict:
+    async def move(self, episode_id: str, raw: bytes, requester: str | None = None) -> dict:
         try:
             move = MoveIn.model_validate(parse_json_object(raw)).move
         except ValidationError as err:
@@ -200,7 +202,7 @@ class EpisodeService:
             raise GatewayError(409, f"episode '{episode_id}' is busy with another move; retry "
                                "when it has answered", "episode_busy")
         try:
-            state = await self.load(episode_id)
+            state = await self.load(episode_id, requester)
             env = replay(state)
             if env.done:
                 raise GatewayError(409, f"episode '{episode_id}' is finished", "episode_finished")
@@ -301,12 +303,15 @@ class EpisodeService:
 
     # --- storage -------------------------------------------------------------------------
 
-    async def load(self, episode_id: str) -> EpisodeState:
+    async def load(self, episode_id: str, requester: str | None = None) -> EpisodeState:
+        """The episode, if ``requester`` (a key name, None on an open gateway) may see it:
+        another key's episode answers the same 404 as a missing one, so ids cannot be probed."""
         raw = await self.redis.get(KEY.format(episode_id))
-        if raw is None:
+        state = EpisodeState.model_validate_json(raw) if raw is not None else None
+        if state is None or state.owner not in (None, requester):
             raise GatewayError(404, f"no episode '{episode_id}' (it may have expired after "
                                f"{self.ttl_s} s without a move)", "episode_not_found")
-        return EpisodeState.model_validate_json(raw)
+        return state
 
     async def save(self, state: EpisodeState) -> None:
         await self.redis.set(KEY.format(state.id), state.model_dump_json(), ex=self.ttl_s)

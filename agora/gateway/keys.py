@@ -2,10 +2,10 @@
 
 Layout (one Redis, shared by the CLI that manages keys and every gateway that checks them):
 
-- ``agora:gateway:keys`` hash: key name -> JSON ``{digest, rate, created, hint}``; its length
+- ``agora:gateway:keys`` hash: key name -> JSON ``{digest, rate, scope, created, hint}``; its length
   decides whether auth is on at all (no keys and no ``AGORA_GATEWAY_REQUIRE_KEYS``: open);
-- ``agora:gateway:key_digests`` hash: digest -> JSON ``{name, rate}``, the lookup a request
-  does (one round trip, no scan);
+- ``agora:gateway:key_digests`` hash: digest -> JSON ``{name, rate, scope}``, the lookup a
+  request does (one round trip, no scan);
 - ``agora:gateway:key_salt``: random salt made with the first key.
 
 Why HMAC with a salt (and an optional pepper from ``AGORA_GATEWAY_KEY_PEPPER``) rather than a
@@ -30,6 +30,11 @@ KEYS_HASH = "agora:gateway:keys"
 DIGESTS_HASH = "agora:gateway:key_digests"
 SALT_KEY = "agora:gateway:key_salt"
 KEY_PREFIX = "agora-"
+# What a key may do. chat: models, agents, chat completions, its own episodes. admin: also
+# start, list, read and stop training runs. Keys made before scopes existed were all-powerful,
+# so a record without one reads as admin (LEGACY_SCOPE); `agora keys create` defaults to chat.
+SCOPES = ("chat", "admin")
+LEGACY_SCOPE = "admin"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
 
 
@@ -45,6 +50,7 @@ def key_digest(key: str, salt: str, pepper: str = "") -> str:
 class KeyInfo:
     name: str
     rate: int | None  # requests per minute; None = the gateway's default (or unlimited)
+    scope: str  # one of SCOPES
     created: str
     hint: str  # the first characters of the key, to tell keys apart in listings
 
@@ -61,19 +67,22 @@ class KeyStore:
         value = self.r.get(SALT_KEY)
         return value.decode() if isinstance(value, bytes) else str(value)
 
-    def create(self, name: str, rate: int | None = None) -> str:
+    def create(self, name: str, rate: int | None = None, scope: str = "chat") -> str:
         """Store a new key for ``name`` and return it (the only time it is ever shown)."""
         if not NAME_PATTERN.match(name):
             raise KeyStoreError(f"key name '{name}': use letters, digits, '_', '.', '-' (max 63)")
         if rate is not None and rate < 1:
             raise KeyStoreError(f"--rate {rate}: must be at least 1 request per minute")
+        if scope not in SCOPES:
+            raise KeyStoreError(f"--scope {scope}: must be one of {', '.join(SCOPES)}")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         digest = key_digest(key, self.salt(), self.pepper)
-        info = {"digest": digest, "rate": rate, "hint": key[: len(KEY_PREFIX) + 4],
+        info = {"digest": digest, "rate": rate, "scope": scope, "hint": key[: len(KEY_PREFIX) + 4],
                 "created": datetime.now(UTC).isoformat(timespec="seconds")}
         if not self.r.hsetnx(KEYS_HASH, name, json.dumps(info)):
             raise KeyStoreError(f"a key named '{name}' exists already (revoke it first)")
-        self.r.hset(DIGESTS_HASH, digest, json.dumps({"name": name, "rate": rate}))
+        self.r.hset(DIGESTS_HASH, digest, json.dumps({"name": name, "rate": rate,
+                                                      "scope": scope}))
         return key
 
     def revoke(self, name: str) -> None:
@@ -90,5 +99,6 @@ class KeyStore:
         for name, raw in self.r.hgetall(KEYS_HASH).items():
             info = json.loads(raw)
             out.append(KeyInfo(name.decode() if isinstance(name, bytes) else name,
-                               info.get("rate"), info.get("created", ""), info.get("hint", "")))
+                               info.get("rate"), info.get("scope", LEGACY_SCOPE),
+                               info.get("created", ""), info.get("hint", "")))
         return sorted(out, key=lambda k: k.name)

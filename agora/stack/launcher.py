@@ -91,6 +91,9 @@ class Stack:
     services: list[Service] = field(default_factory=list)
     redis_url: str = ""
     supervisor: Supervisor | None = None  # created by watch(): restarts policy servers, Redis
+    # The gateway requires API keys (`agora keys create`) unless this is set (`agora up --open`,
+    # for local play): as in compose and k8s, no deployment starts open by default (issue 18).
+    open_gateway: bool = False
 
     @property
     def config_path(self) -> Path:
@@ -152,7 +155,9 @@ class Stack:
             group.append(self._uvicorn("reward", "services.reward.app:app",
                                        cfg.services.reward_port, extra_env=reward_env))
             group.append(self._uvicorn("gateway", "services.gateway.app:app",
-                                       cfg.services.gateway_port))
+                                       cfg.services.gateway_port, extra_env={
+                                           "AGORA_GATEWAY_REQUIRE_KEYS":
+                                               "0" if self.open_gateway else "1"}))
             group.append(self._uvicorn("judge", "services.judge.app:app", cfg.services.judge_port,
                                        extra_env=self.judge_env()))
             self._start_group(group)
@@ -295,8 +300,8 @@ class Stack:
         self.stop()
 
 
-def make_stack(cfg: RunConfig, run_id: str | None, resume: bool, runs_root: Path | None = None
-               ) -> Stack:
+def make_stack(cfg: RunConfig, run_id: str | None, resume: bool, runs_root: Path | None = None,
+               open_gateway: bool = False) -> Stack:
     if resume and not run_id:
         raise LaunchError("--resume needs --run-id (the run to continue)")
     if run_id is not None and not RUN_ID.fullmatch(run_id):
@@ -309,4 +314,5 @@ def make_stack(cfg: RunConfig, run_id: str | None, resume: bool, runs_root: Path
         raise LaunchError(f"--resume: no checkpoint under {run_dir}")
     if not resume and run_dir.exists():
         shutil.rmtree(run_dir)
-    return Stack(cfg=cfg, run_id=run_id, run_dir=run_dir.resolve(), resume=resume)
+    return Stack(cfg=cfg, run_id=run_id, run_dir=run_dir.resolve(), resume=resume,
+                 open_gateway=open_gateway)

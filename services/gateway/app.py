@@ -38,7 +38,7 @@ from agora.config.agents import AgentConfig
 from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
 from agora.gateway.agents import agents_view
-from agora.gateway.auth import Authorizer
+from agora.gateway.auth import Authorizer, requester
 from agora.gateway.browser_guard import guard_against_browsers
 from agora.gateway.episodes import EpisodeService
 from agora.gateway.errors import GatewayError, add_error_handlers
@@ -166,17 +166,19 @@ def create_app(cfg: RunConfig, settings: GatewaySettings | None = None,
     @app.post("/v1/episodes", status_code=201)
     async def create_episode(request: Request) -> dict:
         needs_redis(request.app.state.episodes, "episodes")
-        return await request.app.state.episodes.create(await read_body(request, limit))
+        return await request.app.state.episodes.create(await read_body(request, limit),
+                                                       requester(request))
 
     @app.get("/v1/episodes/{episode_id}")
     async def get_episode(episode_id: str, request: Request) -> dict:
         needs_redis(request.app.state.episodes, "episodes")
-        return await request.app.state.episodes.get(episode_id)
+        return await request.app.state.episodes.get(episode_id, requester(request))
 
     @app.post("/v1/episodes/{episode_id}/moves")
     async def move(episode_id: str, request: Request) -> dict:
         needs_redis(request.app.state.episodes, "episodes")
-        return await request.app.state.episodes.move(episode_id, await read_body(request, limit))
+        return await request.app.state.episodes.move(episode_id, await read_body(request, limit),
+                                                     requester(request))
 
     @app.post("/v1/runs", status_code=201)
     async def start_run(request: Request) -> dict:

@@ -31,6 +31,7 @@ def test_demo_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert "hanabi: before vs after training" in out and "mean score" in out
     assert "/v1/chat/completions -> [Play]" in out  # the gateway answered with a move
+    assert "made the chat key 'demo-" in out  # with a key: the embedded gateway requires one
     (run_dir,) = (tmp_path / "runs").iterdir()
     rows = json.loads((run_dir / "eval.json").read_text())
     assert set(rows) == {"before (v0)", "after"}

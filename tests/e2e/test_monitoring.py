@@ -263,7 +263,8 @@ def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_
     cfg = tiny_config(trainer={"max_updates": 200}, models={"tiny": policy.model_dump(mode="json")})
     # A 1 s scrape interval: a minute of running gives every rate() window many samples.
     prom, prom_url = prometheus_service(tmp_path, render_embedded(cfg, interval="1s"))
-    stack = make_stack(cfg, "monitor", False, runs_root=tmp_path / "runs")
+    stack = make_stack(cfg, "monitor", False, runs_root=tmp_path / "runs",
+                       open_gateway=True)  # `agora up --open`: the traffic sends no key
     metrics_jsonl = stack.run_dir / "metrics.jsonl"
     all_queries = [(f"{name} / {title}", expr)
                    for name, dash in dashboards().items() for title, expr in queries(dash)]

@@ -11,6 +11,7 @@ import httpx
 import redis
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from agora.gateway.keys import KeyStore
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.stream import RunKeys
 from agora.stack.launcher import make_stack
@@ -101,13 +102,19 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         assert max(len(seeds) for seeds in seeds_of_group.values()) == 4
         assert all(r["agents"]["player"]["vf_loss"] == 0 for r in rows)
 
-        # The trained agent answers through the gateway by name, with the latest adapter.
+        # The trained agent answers through the gateway by name, with the latest adapter. The
+        # embedded gateway requires keys even before one exists (no `agora up --open` here); a
+        # chat key may talk to agents but not touch runs.
         gw = f"http://127.0.0.1:{cfg.services.gateway_port}"
-        assert "player" in [m["id"] for m in httpx.get(gw + "/v1/models").json()["data"]]
-        resp = httpx.post(gw + "/v1/chat/completions", timeout=60, json={
+        assert httpx.get(gw + "/v1/models").status_code == 401
+        auth = {"authorization": f"Bearer {KeyStore(client).create('tester')}"}
+        assert "player" in [m["id"] for m in
+                            httpx.get(gw + "/v1/models", headers=auth).json()["data"]]
+        resp = httpx.post(gw + "/v1/chat/completions", timeout=60, headers=auth, json={
             "model": "player", "messages": [{"role": "user", "content": "Your move?"}],
             "max_tokens": 4})
         assert resp.status_code == 200 and resp.json()["model"] == "player"
+        assert httpx.get(gw + "/v1/runs", headers=auth).status_code == 403
         # The judge service runs beside them (rubric backend, verdicts cached in the run's Redis).
         judge = f"http://127.0.0.1:{cfg.services.judge_port}"
         assert httpx.get(judge + "/health").json()["cache"] == "ok"

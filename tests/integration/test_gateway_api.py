@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from agora.cli.main import app as cli_app
 from agora.config.run import parse_config
+from agora.gateway.keys import DIGESTS_HASH, SALT_KEY, key_digest
 from agora.gateway.runs import RUNS_HASH, tagged_processes
 from agora.rollout.stream import EpisodeStream
 from agora.serving.client import PolicyAdmin
@@ -137,7 +138,7 @@ class Keys:
 def keys(gateway) -> Keys:
     """Keys made with the real CLI; the gateway turns auth on when the first appears."""
     before = httpx.get(f"{gateway.url}/v1/models", timeout=TIMEOUT).status_code
-    code, main = keys_cli("create", "main", redis_url=gateway.redis_url)
+    code, main = keys_cli("create", "main", "--scope", "admin", redis_url=gateway.redis_url)
     assert code == 0, main
     after = httpx.get(f"{gateway.url}/v1/models", timeout=TIMEOUT).status_code
     code, slow = keys_cli("create", "slow", "--rate", "2", redis_url=gateway.redis_url)
@@ -290,6 +291,43 @@ def test_keys_cli_create_list_revoke_round_trip(gateway, keys):
     assert httpx.get(f"{gateway.url}/v1/models", headers=auth, timeout=TIMEOUT).status_code == 401
     code, out = keys_cli("revoke", "temp", redis_url=gateway.redis_url)
     assert code == 2 and "no key named 'temp'" in out
+    code, out = keys_cli("create", "temp", "--scope", "root", redis_url=gateway.redis_url)
+    assert code == 2 and "--scope root: must be one of chat, admin" in out
+
+
+def test_a_chat_key_cannot_touch_training_runs(gateway, keys, http):
+    """Scopes (issue 18): `agora keys create` makes chat keys unless told --scope admin; runs
+    (start, list, read logs, stop) need admin. A key stored before scopes existed stays admin."""
+    code, out = keys_cli("create", "chatter", redis_url=gateway.redis_url)
+    assert code == 0
+    chat = {"authorization": f"Bearer {printed_key(out)}"}
+    try:
+        code, listing = keys_cli("list", redis_url=gateway.redis_url)
+        assert re.search(r"chatter\s*│\s*chat\b", listing) and re.search(
+            r"main\s*│\s*admin\b", listing), listing
+        assert httpx.get(f"{gateway.url}/v1/models", headers=chat,
+                         timeout=TIMEOUT).status_code == 200
+        for method, path in (("GET", "/v1/runs"), ("GET", "/v1/runs/anything"),
+                             ("POST", "/v1/runs"), ("POST", "/v1/runs/anything/stop")):
+            resp = httpx.request(method, f"{gateway.url}{path}", headers=chat, json={},
+                                 timeout=TIMEOUT)
+            assert resp.status_code == 403, (method, path, resp.text)
+            assert error_of(resp)["code"] == "insufficient_scope"
+            assert "--scope admin" in error_of(resp)["message"]
+        assert http.get("/v1/runs").status_code == 200  # the admin key
+    finally:
+        keys_cli("revoke", "chatter", redis_url=gateway.redis_url)
+    # A record written before scopes: no "scope" field, and it keeps the power it had.
+    legacy = "agora-legacy-" + "x" * 40
+    client = redis.Redis.from_url(gateway.redis_url, decode_responses=True)
+    digest = key_digest(legacy, client.get(SALT_KEY), "")
+    client.hset(DIGESTS_HASH, digest, json.dumps({"name": "legacy", "rate": None}))
+    try:
+        resp = httpx.get(f"{gateway.url}/v1/runs", timeout=TIMEOUT,
+                         headers={"authorization": f"Bearer {legacy}"})
+        assert resp.status_code == 200, resp.text
+    finally:
+        client.hdel(DIGESTS_HASH, digest)
 
 
 def start_extra_gateway(config_path: Path, log_path: Path, port: int, **env: str):
@@ -489,6 +527,28 @@ def test_bad_episode_is_422_naming_the_field(http, body, needle):
     resp = http.post("/v1/episodes", json=body)
     assert resp.status_code == 422
     assert needle in error_of(resp)["message"]
+
+
+def test_an_episode_belongs_to_the_key_that_made_it(gateway, keys, http):
+    """Another key cannot read or play it, and gets the same 404 as for a missing id."""
+    game = http.post("/v1/episodes", json={"env": "tictactoe", "seats": ["user", "bot:random"]})
+    assert game.status_code == 201
+    eid = game.json()["id"]
+    code, out = keys_cli("create", "someone-else", redis_url=gateway.redis_url)
+    assert code == 0
+    other = {"authorization": f"Bearer {printed_key(out)}"}
+    try:
+        seen = httpx.get(f"{gateway.url}/v1/episodes/{eid}", headers=other, timeout=TIMEOUT)
+        played = httpx.post(f"{gateway.url}/v1/episodes/{eid}/moves", headers=other,
+                            json={"move": game.json()["legal_actions"][0]}, timeout=TIMEOUT)
+    finally:
+        keys_cli("revoke", "someone-else", redis_url=gateway.redis_url)
+    missing = http.get("/v1/episodes/ep-0000000000000000")
+    for resp in (seen, played, missing):
+        assert resp.status_code == 404 and error_of(resp)["code"] == "episode_not_found"
+    assert error_of(seen)["message"].replace(eid, "ID") == error_of(missing)["message"].replace(
+        "ep-0000000000000000", "ID")
+    assert http.get(f"/v1/episodes/{eid}").json()["turns"] == game.json()["turns"]
 
 
 def test_episode_with_unknown_agent_or_id_is_404(http):

@@ -40,7 +40,7 @@ K8S = ROOT / "k8s"
 KUBERNETES_VERSION = "1.31.0"
 GPU_WORKLOADS = {"policy", "policy-2", "judge-model", "reward", "trainer"}
 # k8s/overlays/<variant> (base: k8s/base); the two-base ones add a second policy server.
-VARIANTS = ("base", "gpu", "two-base", "gpu-two-base")
+VARIANTS = ("base", "gpu", "two-base", "gpu-two-base", "gvisor")
 GPU_VARIANTS = {"gpu", "gpu-two-base"}
 RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
 SECRET_VALUE = "secret-for-tests"
@@ -129,7 +129,7 @@ def test_every_resource_is_valid_kubernetes(built, variant):
             "HorizontalPodAutoscaler", "StatefulSet", "Namespace"} <= kinds
     for resource in built[variant]:
         assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
-        if resource["kind"] != "Namespace":
+        if resource["kind"] not in ("Namespace", "RuntimeClass"):  # cluster-scoped
             assert resource["metadata"]["namespace"] == "agora"
 
 
@@ -426,3 +426,17 @@ def test_agoras_own_pods_run_unprivileged(built):
             context = container["securityContext"]
             assert context["allowPrivilegeEscalation"] is False, (variant, name)
             assert context["capabilities"] == {"drop": ["ALL"]}, (variant, name)
+
+
+def test_the_gvisor_overlay_puts_only_the_reward_pod_under_runsc(built):
+    """k8s/components/gvisor: model-written code runs in the reward pod, so that pod (and only
+    it) gets gVisor's user-space kernel beneath the sandbox."""
+    resources = built["gvisor"]
+    runtime = find(resources, "RuntimeClass", "gvisor")
+    assert runtime["handler"] == "runsc" and "namespace" not in runtime["metadata"]
+    with_runtime = {r["metadata"]["name"] for r in resources
+                    if r["kind"] in ("Deployment", "StatefulSet", "Job")
+                    and r["spec"]["template"]["spec"].get("runtimeClassName")}
+    assert with_runtime == {"reward"}
+    assert workload(resources, "reward")["runtimeClassName"] == "gvisor"
+    assert not any(r["kind"] == "RuntimeClass" for r in built["base"])
