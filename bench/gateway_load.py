@@ -47,6 +47,7 @@ from results import RESULTS, ROOT, append_section, markdown_table
 from agora.cli.keys import PEPPER_ENV
 from agora.config.run import parse_config
 from agora.gateway.keys import KeyStore
+from agora.serving.auth import API_KEY_ENV, vllm_headers
 from agora.stack.launcher import LaunchError, make_stack
 from agora.stack.procs import ServiceFailed
 
@@ -442,6 +443,7 @@ def main() -> int:
     load_at_start = os.getloadavg()[0]
     cfg = bench_config(args.model, args.port_base)
     stack = make_stack(cfg, "bench-gateway", False, runs_root=Path(tempfile.mkdtemp()))
+    os.environ[API_KEY_ENV] = stack.vllm_api_key  # the direct path asks vLLM itself
     try:
         try:
             stack.start(with_trainer=False)
@@ -453,7 +455,7 @@ def main() -> int:
         key = create_key(stack.redis_url, args.rate or None)
         host = cfg.services.host
         direct = Target("direct (vLLM)", f"{cfg.policy_url(AGENT)}/v1/chat/completions",
-                        AGENT, {})
+                        AGENT, vllm_headers())
         gateway = Target("gateway", f"http://{host}:{cfg.services.gateway_port}"
                          "/v1/chat/completions", AGENT, {"authorization": f"Bearer {key}"})
         check_auth_is_on(gateway)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import tempfile
 import time
@@ -32,6 +33,7 @@ from agora.rollout.worker import (
     episode_payload,
     make_celery,
 )
+from agora.serving.auth import API_KEY_ENV
 from agora.stack.launcher import make_stack
 from agora.stack.procs import free_port
 
@@ -90,6 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = bench_config(args.model, args.concurrency)
     stack = make_stack(cfg, "bench", False, runs_root=Path(tempfile.mkdtemp()))
+    os.environ[API_KEY_ENV] = stack.vllm_api_key  # this process asks the policy server too
     try:
         stack.start(with_trainer=False)
         client = redis.Redis.from_url(stack.redis_url)

@@ -30,6 +30,7 @@ from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
 from agora.gateway.keys import KeyStore
 from agora.rollout.stream import RunKeys
+from agora.serving.auth import API_KEY_ENV
 from agora.stack.launcher import LaunchError, Stack, make_stack
 from agora.stack.procs import ServiceFailed
 from agora.stack.redis_client import fail_fast_redis
@@ -303,6 +304,7 @@ def demo(
     except LaunchError as err:
         console.print(f"[bold red]cannot start[/]: {err}")
         raise typer.Exit(2) from None
+    os.environ[API_KEY_ENV] = stack.vllm_api_key  # this process evaluates on its policy servers
     wall = time.monotonic()
     keep = ("redis", "gateway", *(f"policy-{k}" for k in cfg.models))
     run_stack(stack, keep_serving=keep)

@@ -23,6 +23,7 @@ from agora.envs.base import TurnBasedEnv
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import LLMPlayer, Player, run_episode
 from agora.sandbox.remote import code_runs_at
+from agora.serving.auth import vllm_headers
 from agora.serving.client import PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
 
@@ -70,7 +71,8 @@ class EvalContext:
 
 
 def open_http(concurrency: int) -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency * 2))
+    return httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency * 2),
+                             headers=vllm_headers())
 
 
 @contextmanager

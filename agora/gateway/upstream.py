@@ -15,6 +15,8 @@ from __future__ import annotations
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+from agora.serving.auth import vllm_headers
+
 MAX_CONNECTIONS = 256
 # Below vLLM's (uvicorn's) 5 s keep-alive: with equal timers the server can close an idle
 # connection just as the gateway reuses it, and that request fails (a 502 ReadError, seen once
@@ -28,4 +30,5 @@ def upstream_client(timeout_s: float, connect_s: float) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=64,
                           keepalive_expiry=KEEPALIVE_S)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=connect_s),
-                             transport=AiohttpTransport(limits=limits))
+                             transport=AiohttpTransport(limits=limits),
+                             headers=vllm_headers())  # the policy servers' key, if any

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from agora.judge.cache import DEFAULT_TTL_S
+from agora.serving.auth import vllm_api_key
 from agora.stack.envvars import EnvSettings
 
 if TYPE_CHECKING:
@@ -62,9 +63,12 @@ class JudgeSettings(EnvSettings):
         return self
 
 
-def service_env(cfg: RunConfig, redis_url: str) -> dict[str, str]:
+def service_env(cfg: RunConfig, redis_url: str, vllm_key: str | None = None
+                ) -> dict[str, str]:
     """The environment of a run's judge service (``agora up``'s and ``agora eval``'s): the run
-    config's ``judge`` section in the variables above. ``redis_url`` "" means no verdict cache."""
+    config's ``judge`` section in the variables above. ``redis_url`` "" means no verdict cache;
+    ``vllm_key``: the run's policy servers' API key (default: AGORA_VLLM_API_KEY), sent to a
+    judge model served by one of them, never to a ``judge.base_url`` elsewhere."""
     from agora.serving.vllm_server import SERVED_BASE_NAME
 
     env = {f"{PREFIX}BACKEND": cfg.judge.backend, f"{PREFIX}MAX_TOKENS": str(cfg.judge.max_tokens),
@@ -72,6 +76,8 @@ def service_env(cfg: RunConfig, redis_url: str) -> dict[str, str]:
            f"{PREFIX}LOGPROBS": str(cfg.judge.logprobs).lower(), "REDIS_URL": redis_url}
     if (url := cfg.judge_model_url()) is not None:
         env[f"{PREFIX}BASE_URL"] = url
+        if not cfg.judge.base_url and (key := vllm_key or vllm_api_key()):
+            env[f"{PREFIX}API_KEY"] = key
         # A judge on a policy server of the run asks for that server's base model.
         env[f"{PREFIX}MODEL"] = cfg.judge.served_model if cfg.judge.base_url else SERVED_BASE_NAME
     return env

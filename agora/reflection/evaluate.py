@@ -23,6 +23,7 @@ from agora.reflection.prompts import actor_messages, critic_messages, parse_verd
 from agora.reflection.records import Transcript, Turn, write_rows
 from agora.reflection.scores import reflection_metrics
 from agora.reflection.server import served_adapters
+from agora.serving.auth import vllm_headers
 from agora.serving.client import PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
 
@@ -57,7 +58,7 @@ async def run_episode(agents: Agents, task: Task, turns: int, max_chars: int,
 async def _episodes(cfg: ReflectionConfig, url: str, names: dict[str, str],
                     tasks: list[Task], log: Callable[[str], None]) -> list[Transcript]:
     limits = httpx.Limits(max_connections=cfg.eval.concurrency)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+    async with httpx.AsyncClient(timeout=600, limits=limits, headers=vllm_headers()) as http:
         tokenizer = load_tokenizer(resolve_model(cfg.policy.model))
         agents = Agents(
             actor=PolicyClient(url, names["actor"], tokenizer, cfg.actor.sampling, http=http),

@@ -30,6 +30,7 @@ from tenacity import (
 
 from agora.config.agents import SamplingConfig
 from agora.envs.base import ChatMessage
+from agora.serving.auth import vllm_headers
 from agora.serving.requests import completion_request
 
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
@@ -162,7 +163,8 @@ class PolicyClient:
             try:
                 async for attempt in retrying:
                     with attempt:
-                        resp = await http.post(self.base_url + path, json=body)
+                        resp = await http.post(self.base_url + path, json=body,
+                                               headers=vllm_headers())
             except RETRYABLE as err:
                 msg = f"policy server {self.base_url} unreachable: {err}"
                 raise PolicyUnavailable(msg) from err
@@ -191,7 +193,8 @@ class PolicyAdmin:
             reraise=True,
         ):
             with attempt:
-                return httpx.post(self.base_url + path, json=body, timeout=self.timeout_s)
+                return httpx.post(self.base_url + path, json=body, timeout=self.timeout_s,
+                                  headers=vllm_headers())
         raise AssertionError("unreachable")
 
     def load_adapter(self, name: str, path: str) -> None:
@@ -226,7 +229,8 @@ class PolicyAdmin:
                 f"unload_lora_adapter({name}) -> {resp.status_code}: {resp.text}")
 
     def models(self, timeout_s: float | None = None) -> list[str]:
-        resp = httpx.get(self.base_url + "/v1/models", timeout=timeout_s or self.timeout_s)
+        resp = httpx.get(self.base_url + "/v1/models", timeout=timeout_s or self.timeout_s,
+                         headers=vllm_headers())
         resp.raise_for_status()
         return [m["id"] for m in resp.json()["data"]]
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from agora.config.agents import BaseModelConfig
+from agora.serving.auth import API_KEY_ENV
 from agora.stack.hardware import serving_dtype
 from agora.stack.procs import Service, http_ok
 
@@ -49,11 +50,14 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str,
     ]
 
 
-def vllm_env(base: dict[str, str] | None = None, dev: bool = False) -> dict[str, str]:
+def vllm_env(base: dict[str, str] | None = None, dev: bool = False,
+             api_key: str | None = None) -> dict[str, str]:
     """``dev``: vLLM's development endpoints (``/collective_rpc``, ``/reset_prefix_cache``),
     which full-weight reloads use. They let any caller run worker methods: such a server must
     only be reachable by the trainer (agora binds it to services.host)."""
     env = dict(os.environ if base is None else base)
+    if key := api_key or env.get(API_KEY_ENV):  # every /v1 route wants it (serving/auth.py)
+        env["VLLM_API_KEY"] = key
     if dev:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
@@ -67,10 +71,10 @@ def vllm_env(base: dict[str, str] | None = None, dev: bool = False) -> dict[str,
 
 def vllm_service(model_path: str, cfg: BaseModelConfig, host: str, log_path: Path,
                  name: str = "vllm", served_name: str = SERVED_BASE_NAME,
-                 lora: bool = True) -> Service:
+                 lora: bool = True, api_key: str | None = None) -> Service:
     """The policy server as a process to start and wait on (every starter of vLLM: ``agora
     up``, ``agora eval``, ``agora support-eval``, the reflection stages and the tests), healthy
     when its ``/health`` answers. Not started: the caller owns its lifetime."""
     return Service(name=name, command=vllm_command(model_path, cfg, host, served_name, lora),
-                   log_path=log_path, env=vllm_env(dev=not lora),
+                   log_path=log_path, env=vllm_env(dev=not lora, api_key=api_key),
                    health=http_ok(f"http://{host}:{cfg.port}/health"))

@@ -30,6 +30,7 @@ import yaml
 from agora.config.run import RunConfig
 from agora.judge.settings import service_env as judge_service_env
 from agora.rollout.stream import RunKeys
+from agora.serving.auth import API_KEY_ENV, vllm_api_key
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME, vllm_service
 from agora.serving.weights import live_weights_dir, prepare_live_weights
@@ -95,6 +96,9 @@ class Stack:
     # The gateway requires API keys (`agora keys create`) unless this is set (`agora up --open`,
     # for local play): as in compose and k8s, no deployment starts open by default (issue 18).
     open_gateway: bool = False
+    # The policy servers' API key (agora/serving/auth.py): fresh per stack unless the
+    # environment brings one; every service gets it in AGORA_VLLM_API_KEY.
+    vllm_api_key: str = field(default_factory=lambda: vllm_api_key() or secrets.token_urlsafe(24))
 
     @property
     def config_path(self) -> Path:
@@ -106,6 +110,7 @@ class Stack:
                "AGORA_CONFIG": str(self.config_path),
                "AGORA_RUN_DIR": str(self.run_dir),  # the gateway serves its adapters, metrics
                "AGORA_VISIBILITY_TIMEOUT": str(self.cfg.workers.visibility_timeout),
+               API_KEY_ENV: self.vllm_api_key,
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(extra_env or {})}
         return Service(name=name, command=[sys.executable, *args],
                        log_path=self.run_dir / "logs" / f"{name}.log", env=env, cwd=str(ROOT),
@@ -211,11 +216,12 @@ class Stack:
         else:
             served, lora = SERVED_BASE_NAME, True
         return vllm_service(model_path, m, host, self.run_dir / "logs" / f"policy-{key}.log",
-                            name=f"policy-{key}", served_name=served, lora=lora)
+                            name=f"policy-{key}", served_name=served, lora=lora,
+                            api_key=self.vllm_api_key)
 
     def judge_env(self) -> dict[str, str]:
         """The judge service reads its settings from the environment (agora/judge/settings)."""
-        return judge_service_env(self.cfg, self.redis_url)
+        return judge_service_env(self.cfg, self.redis_url, self.vllm_api_key)
 
     def worker_service(self, index: int) -> Service:
         log_path = self.run_dir / "logs" / f"worker-{index}.log"

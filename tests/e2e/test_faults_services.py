@@ -203,7 +203,8 @@ def test_policy_server_sigkill_restart_reloads_current_adapter(tmp_path, monkeyp
         models_url = f"http://127.0.0.1:{base}/v1/models"
 
         def served_is_live() -> bool:
-            data = httpx.get(models_url, timeout=10).json()["data"]
+            data = httpx.get(models_url, timeout=10, headers={
+                "authorization": f"Bearer {stack.vllm_api_key}"}).json()["data"]
             served = next((m["root"] for m in data if m["id"] == "player"), None)
             return served is not None and served == client.get(
                 keys.adapter_path("player")).decode()

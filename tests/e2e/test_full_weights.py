@@ -22,6 +22,7 @@ from agora.config.base import ConfigError
 from agora.config.training import PPOConfig
 from agora.evaluation.target import EvalInputError, resolve_target
 from agora.rollout.stream import RunKeys
+from agora.serving.auth import API_KEY_ENV
 from agora.serving.client import PolicyClient
 from agora.serving.weights import live_weights_dir
 from agora.stack.launcher import make_stack
@@ -31,9 +32,11 @@ PLAYER = {"name": "player", "base": "tiny", "finetune": "full", "lora_rank": 8,
           "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}
 
 
-def test_full_weight_agent_trains_and_vllm_serves_each_new_version(tmp_path, tiny_model):
+def test_full_weight_agent_trains_and_vllm_serves_each_new_version(tmp_path, tiny_model,
+                                                                    monkeypatch):
     cfg = tiny_config(agents=[PLAYER], ppo={"learning_rate": 2e-4}, trainer={"max_updates": 2})
     stack = make_stack(cfg, "full", False, runs_root=tmp_path)
+    monkeypatch.setenv(API_KEY_ENV, stack.vllm_api_key)  # this test asks the policy server too
     live = live_weights_dir(stack.run_dir, "player")
     try:
         stack.start()

@@ -67,7 +67,16 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
             redis.Redis(host="127.0.0.1", port=cfg.services.redis_port).ping()
         for pid in pids:
             with contextlib.suppress(psutil.Error):
-                assert password not in " ".join(psutil.Process(pid).cmdline()), pid
+                cmdline = " ".join(psutil.Process(pid).cmdline())
+                assert password not in cmdline and stack.vllm_api_key not in cmdline, pid
+        # vLLM wants the stack's key on /v1 (no one else may load or swap adapters); the
+        # trainer, workers and gateway all sent it, or nothing above would have worked.
+        policy = f"http://127.0.0.1:{cfg.models['tiny'].port}"
+        assert httpx.get(policy + "/v1/models").status_code == 401
+        assert httpx.post(policy + "/v1/load_lora_adapter", json={
+            "lora_name": "intruder", "lora_path": str(stack.run_dir)}).status_code == 401
+        assert httpx.get(policy + "/v1/models", headers={
+            "authorization": f"Bearer {stack.vllm_api_key}"}).status_code == 200
         # Three updates -> version 3 live in Redis, three adapters beside v0, a checkpoint.
         assert int(client.get(keys.version("player"))) == 3
         for v in range(4):

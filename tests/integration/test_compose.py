@@ -51,7 +51,8 @@ from tests.deploy_checks import (
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECRETS = {"AGORA_GATEWAY_KEY_PEPPER": "pepper-for-tests",
            "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests",
-           "AGORA_REDIS_PASSWORD": "redis-password-for-tests"}
+           "AGORA_REDIS_PASSWORD": "redis-password-for-tests",
+           "AGORA_VLLM_API_KEY": "vllm-key-for-tests"}
 PROFILES = ("gpu", "cpu")
 # The second base's policy server of each profile (configs/maporl_two_base.yaml), rendered
 # with it: every check below covers it too.
@@ -309,6 +310,13 @@ def test_vllm_servers_serve_every_run_config(projects, profile, monkeypatch):
     assert settings.model == vllm_flags(judge_model["command"])["--served-model-name"]
     assert settings.backend == JudgeConfig().backend  # = the run configs' default
     assert health_check(judge_model)[1] == port_arg(judge_model)
+    # Issue 18: every vLLM server wants the key, every client of theirs has it.
+    key = SECRETS["AGORA_VLLM_API_KEY"]
+    for host in (*servers, "judge-model"):
+        assert hosts[host]["environment"]["VLLM_API_KEY"] == key, host
+    assert settings.api_key == key
+    for name in ("gateway", "rollout", "trainer"):
+        assert hosts[name]["environment"]["AGORA_VLLM_API_KEY"] == key, name
 
 
 @pytest.mark.parametrize("profile", PROFILES)

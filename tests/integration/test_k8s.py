@@ -262,8 +262,9 @@ def test_vllm_servers_and_the_judge(built, monkeypatch):
         (vllm,) = policy_pod["containers"]
         check_policy_server(vllm["args"], models)
         assert vllm["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
-        env = {e["name"]: e["value"] for e in vllm["env"]}
+        env = container_env(resources, vllm)
         assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+        assert env["VLLM_API_KEY"] == SECRET_VALUE, host  # issue 18: /v1 wants the key
         (init,) = policy_pod["initContainers"]
         assert vllm_flags(vllm["args"])["--model"] == f"/cache/models/{init['command'][-1]}"
         (service_port,) = find(resources, "Service", host)["spec"]["ports"]
@@ -277,6 +278,10 @@ def test_vllm_servers_and_the_judge(built, monkeypatch):
     (service_port,) = find(resources, "Service", host)["spec"]["ports"]
     assert port == service_port["port"] == int(flags["--port"]) and path == "/v1/"
     assert settings.model == flags["--served-model-name"]
+    assert container_env(resources, judge_model)["VLLM_API_KEY"] == settings.api_key
+    for name in ("gateway", "rollout", "trainer", "judge"):
+        (container,) = workload(resources, name)["containers"]
+        assert container_env(resources, container)["AGORA_VLLM_API_KEY"] == SECRET_VALUE, name
 
 
 def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
