@@ -1,8 +1,10 @@
 """Start, watch and stop the local processes of the embedded stack (and of the tests).
 
 Each service runs in its own process group so that stopping it also stops whatever it forked
-(vLLM's engine core, Celery's pool): a group kill leaves no orphans behind. Logs go to one file
-per service, whose last lines are what the launcher prints when that service fails.
+(vLLM's engine core, Celery's pool): a group kill leaves no orphans behind. Each runs under a
+tether (agora/stack/tether.py) holding a pipe to this process, so the services also die when
+this process is killed outright (``kill -9`` of ``agora up``). Logs go to one file per service,
+whose last lines are what the launcher prints when that service fails.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+TETHER = str(Path(__file__).with_name("tether.py"))
 
 
 class ServiceFailed(RuntimeError):
@@ -78,28 +83,50 @@ class Service:
     cwd: str | None = None
     health: Callable[[], bool] | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
+    _lifeline: int | None = field(default=None, repr=False)  # the tether's pipe, write end
 
     def start(self) -> Service:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
-            self.command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env,
-            cwd=self.cwd,
-            start_new_session=True,  # own process group: see module docstring
-        )
-        log.close()
+        lifeline_r, lifeline_w = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", TETHER, str(lifeline_r), "--", *self.command],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                pass_fds=(lifeline_r,),
+                start_new_session=True,  # own process group: see module docstring
+            )
+        except BaseException:
+            os.close(lifeline_w)
+            raise
+        finally:
+            os.close(lifeline_r)
+            log.close()
+        self._lifeline = lifeline_w
         return self
+
+    def _release(self) -> None:
+        """The service is gone: its lifeline has nothing left to hold."""
+        if self._lifeline is not None and self.process is not None and \
+                self.process.poll() is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
 
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        if self.process is None:
+            return False
+        running = self.process.poll() is None
+        if not running:
+            self._release()
+        return running
 
     def wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -123,6 +150,7 @@ class Service:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+        self._release()
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> Callable[[], bool]:
@@ -150,6 +178,7 @@ def stop_all(services: list[Service], grace_s: float = 10.0) -> None:
             os.killpg(svc.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             svc.process.wait(timeout=grace_s)
+        svc._release()
 
 
 def _group_alive(svc: Service) -> bool:

@@ -5,12 +5,17 @@ Restarting is right only where it loses nothing:
   the trainer loads every agent's current adapter into the new one
   (agora/serving/adapter_keeper.py) before workers get answers from it;
 - the embedded Redis replays its append-only file (``runs/<run-id>/redis/``) as it starts, and
-  every client rides out the gap (agora/stack/redis_client.py, Celery's broker reconnect).
-Tearing a multi-hour run down for either would be the worse choice. A trainer, worker, reward,
-judge or gateway that dies still stops everything and shows its last log lines: that is a bug
-or a bad config to look at, not a blip. So does a restartable service past its budget
-(``services.restarts``: a server that crashes as it starts must not loop forever) or one that
-is not healthy ``services.health_timeout_s`` after its restart.
+  every client rides out the gap (agora/stack/redis_client.py, Celery's broker reconnect);
+- the reward, judge and gateway services keep nothing of their own (verdict caches, keys,
+  episodes and rate limits live in Redis): a worker waiting on a verdict retries the episode
+  (RewardUnavailable, JudgeUnavailable), a user's request gets a refused connection for a few
+  seconds.
+Tearing a multi-hour run down for any of them would be the worse choice. A trainer or worker
+that dies still stops everything and shows its last log lines: that is a bug or a bad config
+to look at, not a blip (the trainer resumes from its checkpoint with ``--resume``). So does a
+restartable service past its budget (``services.restarts``: a server that crashes as it starts
+must not loop forever) or one that is not healthy ``services.health_timeout_s`` after its
+restart.
 
 The restarted service is not waited for in the watch loop: the rest of the stack keeps running
 (and waiting on it by itself) while its health is checked once per tick.
@@ -28,7 +33,7 @@ from agora.stack.procs import Service, ServiceFailed, tail
 
 def restartable(name: str) -> bool:
     """Services whose restart loses nothing (see the module docstring)."""
-    return name == "redis" or name.startswith("policy-")
+    return name in ("redis", "reward", "judge", "gateway") or name.startswith("policy-")
 
 
 @dataclass

@@ -12,10 +12,12 @@ back with everything written before the kill.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -34,8 +36,15 @@ from agora.serving.client import AdapterMissing, PolicyAdmin, PolicyClient, load
 from agora.stack.launcher import Stack, make_stack
 from agora.stack.procs import Service, ServiceFailed, free_port
 from agora.stack.redis_client import resilient_redis
+from tests.conftest import ROOT
 from tests.integration.test_gateway import make_adapter
-from tests.stack_helpers import process_tree, processes_of_run, tiny_config, wait_for
+from tests.stack_helpers import (
+    process_tree,
+    processes_of_run,
+    tiny_config,
+    wait_for,
+    write_config,
+)
 
 
 def in_flight(log_text: str) -> int:
@@ -397,3 +406,81 @@ def test_supervisor_restarts_policy_server_within_budget_and_nothing_else(tmp_pa
         assert record.healthy_after_s is not None
     finally:
         stack.stop(grace_s=2)
+
+
+def test_reward_judge_and_gateway_sigkill_restart_lose_nothing(tmp_path, vllm_tiny):
+    """The stateless services die one after another mid-run; the supervisor starts each again
+    (they keep nothing of their own), workers retry the verdicts they were waiting for, and
+    the run ends with every episode appended and trained on exactly once."""
+    base = 8480
+    _url, policy = vllm_tiny
+    cfg = tiny_config(models={"tiny": policy.model_dump(mode="json")}, trainer={"max_updates": 4},
+                      **ports(base))
+    stack = make_stack(cfg, "fault-stateless", False, runs_root=tmp_path, open_gateway=True)
+    before = live_children()
+    keys = RunKeys(stack.run_id)
+    try:
+        stack.start(policy_running=True)
+        client = resilient_redis(stack.redis_url, retry_for_s=30)
+        watcher = VersionWatcher(stack.redis_url, keys.version("player"))
+        watcher.start()
+        watched = Watched(stack).start()
+        worker_log = stack.service("worker-0").log_path
+        wait_for(lambda: version(client, keys) >= 1 and in_flight(worker_log.read_text()) > 0,
+                 240, "an update and episodes in flight")
+        at_kill = version(client, keys)
+        for number, name in enumerate(("reward", "judge", "gateway"), start=1):
+            old = stack.service(name)
+            os.kill(old.pid, signal.SIGKILL)
+            wait_for(lambda n=number: stack.supervisor is not None and len(
+                [r for r in stack.supervisor.history if r.healthy_after_s is not None]) >= n,
+                120, lambda name=name: f"the supervisor to restart {name} ({watched.events})")
+            assert stack.service(name).pid != old.pid
+        gateway = f"http://127.0.0.1:{cfg.services.gateway_port}"
+        assert httpx.get(gateway + "/v1/models", timeout=10).status_code == 200
+        result = drain_and_check(client, stack, watched, watcher, after_fault=at_kill)
+        assert [(r.service, r.attempt) for r in stack.supervisor.history] == [
+            ("reward", 1), ("judge", 1), ("gateway", 1)]
+        retried = len(re.findall(r"play_episode\[[^\]]+\] retry", worker_log.read_text()))
+        backs = {r.service: round(r.healthy_after_s, 1) for r in stack.supervisor.history}
+        print(f"\nFAULT reward/judge/gateway-sigkill: back after {backs} s; version {at_kill} "
+              f"at the first kill; {result}; celery retries {retried}; lost 0, duplicated 0")
+    finally:
+        stop_and_check_no_orphans(stack, before)
+
+
+def test_sigkill_of_agora_up_takes_every_service_with_it(tmp_path):
+    """`kill -9` of the launcher gives it no chance to stop anything: the tethers
+    (agora/stack/tether.py) must. Killed while vLLM is still starting (its engine core
+    forked), with Redis, reward, judge and gateway up."""
+    base = 8490
+    cfg = tiny_config(models={"tiny": {"port": base}}, **ports(base))
+    config = write_config(cfg, tmp_path / "run.yaml")
+    run_id = "fault-launcher"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "agora.cli", "up", str(config), "--run-id", run_id, "--open"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        gateway = f"http://127.0.0.1:{cfg.services.gateway_port}/health"
+
+        def services_up() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(gateway, timeout=2).status_code == 200
+            return False
+
+        wait_for(services_up, 180, "the gateway of the launched stack")
+        time.sleep(3)  # vLLM is loading beside it
+        running = processes_of_run(run_id)
+        names = " ".join(" ".join(psutil.Process(p).cmdline()) for p in running
+                         if psutil.pid_exists(p))
+        assert "redis-server" in names and "vllm" in names and "services.reward" in names
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+        wait_for(lambda: not processes_of_run(run_id), 60,
+                 lambda: f"every service to die with agora up: {processes_of_run(run_id)}")
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=30)
+        for pid in processes_of_run(run_id):
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
