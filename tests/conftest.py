@@ -45,14 +45,17 @@ def redis_url(tmp_path_factory, logs_dir) -> Iterator[str]:
         svc.stop()
 
 
-def uvicorn_service(name: str, app: str, port: int, log_path: Path, env: dict | None = None):
+def uvicorn_service(name: str, app: str, port: int, log_path: Path, env: dict | None = None,
+                    prefix: tuple[str, ...] = (), health_path: str = "/health"):
+    """``prefix``: a command to run uvicorn under (e.g. ``unshare --user``)."""
     return Service(
         name=name,
-        command=[sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)],
+        command=[*prefix, sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1",
+                 "--port", str(port)],
         log_path=log_path,
         env={**os.environ, **(env or {})},
         cwd=str(ROOT),
-        health=http_ok(f"http://127.0.0.1:{port}/health"),
+        health=http_ok(f"http://127.0.0.1:{port}{health_path}"),
     )
 
 

@@ -17,6 +17,9 @@ class WorkersConfig(StrictModel):
     queue_ahead: int = Field(64, ge=1)
     # Seconds after which a task taken by a dead worker goes back to the queue.
     visibility_timeout: int = Field(60, ge=5)
+    # Seconds the trainer, its budget spent, waits for the episodes still in flight (sending
+    # again any the broker lost), so the run ends with each one it sent accounted for.
+    settle_s: float = Field(30.0, ge=0, le=3600)
     # Prometheus metrics of worker i on metrics_port + i (embedded stack); null: none.
     metrics_port: int | None = Field(8210, ge=1024, le=65535 - 64)
 

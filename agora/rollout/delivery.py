@@ -11,7 +11,8 @@ unacked hash). One missing from two looks in a row was lost: it is sent again un
 (should a copy still run somewhere, ``append_once`` drops the second). After ``max_sends`` the
 episode is counted as failed, so the trainer stops waiting for it. A trainer killed between
 recording new episodes and publishing them leaves the same kind of entry: its resumed self sends
-those at once (``send_unpublished``).
+those at once (``send_unpublished``). A trainer whose budget is spent keeps looking for a while
+(``settle``): an episode lost just before the end would otherwise stay in flight for good.
 """
 
 from __future__ import annotations
@@ -91,6 +92,17 @@ class Delivery:
         self._send_again(lost, unfinished, "was lost by the broker (a worker killed as it took "
                          "the task)")
         return lost
+
+    def settle(self, within_s: float, period_s: float = 1.0) -> int:
+        """At the end of a run: wait up to ``within_s`` for the episodes still in flight,
+        sending again those the broker lost, so the run ends with every episode it sent in the
+        stream or counted as failed. Returns how many were still in flight at the deadline
+        (left to the workers; nothing trains on them)."""
+        deadline = time.monotonic() + within_s
+        while (left := self.stream.outstanding()) and time.monotonic() < deadline:
+            self.resend_lost()
+            time.sleep(period_s)
+        return left
 
     def send_unpublished(self) -> list[str]:
         """On --resume: send at once every recorded episode that is neither finished nor in the

@@ -59,11 +59,12 @@ def start_metrics_server(cfg: RunConfig, redis_url: str, run_id: str) -> None:
     start_http_server(cfg.services.trainer_metrics_port, addr=cfg.services.host)
 
 
-def hold_metrics_for_final_scrape(cfg: RunConfig, serving: bool) -> None:
+def hold_metrics_for_final_scrape(cfg: RunConfig, serving: bool, waited_s: float = 0.0) -> None:
     """Stay up ``trainer_final_scrape_s`` with the final values on /metrics: a trainer
     that exits the moment its budget is spent takes the last updates' KL, reward and
-    version with it whenever they fall between two Prometheus scrapes."""
-    linger = cfg.services.trainer_final_scrape_s
+    version with it whenever they fall between two Prometheus scrapes. ``waited_s`` already
+    spent up since the last update (settling the queue) counts towards it."""
+    linger = cfg.services.trainer_final_scrape_s - waited_s
     if serving and linger > 0:
         log.info("finished; metrics stay up %.0f s for a final scrape", linger)
         time.sleep(linger)

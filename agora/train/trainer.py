@@ -164,8 +164,14 @@ class Trainer:
             self.reporter.set_state(status="stopping")
             distributed.release_followers(self.parallel)
             self.reporter.close_trackers()
+        settle_started = time.monotonic()
+        left = self.feed.delivery.settle(self.cfg.workers.settle_s)
+        if left:
+            log.warning("%d episode(s) still in flight after %.0f s (workers.settle_s): left "
+                        "to the workers, not trained on", left, self.cfg.workers.settle_s)
         self.reporter.set_state(status="finished")
-        hold_metrics_for_final_scrape(self.cfg, self.serve_metrics)
+        hold_metrics_for_final_scrape(self.cfg, self.serve_metrics,
+                                      waited_s=time.monotonic() - settle_started)
 
     def budget_progress(self) -> float:
         """How far through the budget the run is, 0..1 (the further of updates and minutes)."""

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import psutil
@@ -159,6 +160,20 @@ def drain_and_check(client: redis.Redis, stack: Stack, watched: Watched,
             "failed": failed, "final_version": final}
 
 
+def watch_until_in_flight(stack: Stack, keys: RunKeys
+                          ) -> tuple[redis.Redis, VersionWatcher, Watched, Path]:
+    """The watchers every fault test runs beside the stack; returns once an update is done
+    and the worker has episodes in flight (the moment to strike)."""
+    client = resilient_redis(stack.redis_url, retry_for_s=30)
+    watcher = VersionWatcher(stack.redis_url, keys.version("player"))
+    watcher.start()
+    watched = Watched(stack).start()
+    worker_log = stack.service("worker-0").log_path
+    wait_for(lambda: version(client, keys) >= 1 and in_flight(worker_log.read_text()) > 0,
+             240, "an update and episodes in flight")
+    return client, watcher, watched, worker_log
+
+
 def stop_and_check_no_orphans(stack: Stack, before: set[int]) -> None:
     stack.stop()
     wait_for(lambda: not processes_of_run(stack.run_id), 30, "no process of the run left")
@@ -180,16 +195,9 @@ def test_policy_server_sigkill_restart_reloads_current_adapter(tmp_path, monkeyp
     keys = RunKeys(stack.run_id)
     try:
         stack.start()
-        client = resilient_redis(stack.redis_url, retry_for_s=30)
-        watcher = VersionWatcher(stack.redis_url, keys.version("player"))
-        watcher.start()
-        watched = Watched(stack).start()
-
         # SIGKILL the server process (not its group: its engine core is left for the
         # supervisor to clean up) while the worker has episodes waiting on it.
-        worker_log = stack.service("worker-0").log_path
-        wait_for(lambda: version(client, keys) >= 1 and in_flight(worker_log.read_text()) > 0,
-                 240, "an update and episodes in flight")
+        client, watcher, watched, worker_log = watch_until_in_flight(stack, keys)
         policy = stack.service("policy-tiny")
         old_tree = process_tree(policy.pid)
         at_kill = version(client, keys)
@@ -253,17 +261,10 @@ def test_redis_sigkill_restart_keeps_aof_state(tmp_path, vllm_tiny):
     keys = RunKeys(stack.run_id)
     try:
         stack.start(policy_running=True)
-        client = resilient_redis(stack.redis_url, retry_for_s=30)
         data_dir = stack.run_dir / "redis"
         settings = redis.Redis.from_url(stack.redis_url, decode_responses=True).config_get()
         assert settings["appendonly"] == "yes" and settings["dir"] == str(data_dir)
-        watcher = VersionWatcher(stack.redis_url, keys.version("player"))
-        watcher.start()
-        watched = Watched(stack).start()
-
-        worker_log = stack.service("worker-0").log_path
-        wait_for(lambda: version(client, keys) >= 1 and in_flight(worker_log.read_text()) > 0,
-                 240, "an update and episodes in flight")
+        client, watcher, watched, worker_log = watch_until_in_flight(stack, keys)
         old = stack.service("redis")
         at_kill = version(client, keys)
         ids_at_kill = {f[b"episode_id"] for _, f in client.xrange(keys.stream)}
@@ -378,12 +379,13 @@ def test_supervisor_restarts_policy_server_within_budget_and_nothing_else(tmp_pa
 
     # Any other service that dies stops everything at once, restarts left or not.
     stack = Stack(cfg=cfg, run_id="sup", run_dir=tmp_path / "b")
-    stack.services = [python_service(tmp_path, "reward", CRASH).start(),
+    stack.services = [python_service(tmp_path, "worker-0", CRASH).start(),
                       python_service(tmp_path, "trainer", "import time; time.sleep(60)").start()]
     try:
         with pytest.raises(ServiceFailed) as failed:
             stack.watch(period_s=0.1)
-        assert failed.value.name == "reward" and str(failed.value) == "reward: exited with code 3"
+        assert failed.value.name == "worker-0"
+        assert str(failed.value) == "worker-0: exited with code 3"
         assert stack.supervisor.history == []
     finally:
         stack.stop(grace_s=2)
@@ -421,13 +423,7 @@ def test_reward_judge_and_gateway_sigkill_restart_lose_nothing(tmp_path, vllm_ti
     keys = RunKeys(stack.run_id)
     try:
         stack.start(policy_running=True)
-        client = resilient_redis(stack.redis_url, retry_for_s=30)
-        watcher = VersionWatcher(stack.redis_url, keys.version("player"))
-        watcher.start()
-        watched = Watched(stack).start()
-        worker_log = stack.service("worker-0").log_path
-        wait_for(lambda: version(client, keys) >= 1 and in_flight(worker_log.read_text()) > 0,
-                 240, "an update and episodes in flight")
+        client, watcher, watched, worker_log = watch_until_in_flight(stack, keys)
         at_kill = version(client, keys)
         for number, name in enumerate(("reward", "judge", "gateway"), start=1):
             old = stack.service(name)
@@ -468,7 +464,13 @@ def test_sigkill_of_agora_up_takes_every_service_with_it(tmp_path):
                 return httpx.get(gateway, timeout=2).status_code == 200
             return False
 
-        wait_for(services_up, 180, "the gateway of the launched stack")
+        def launcher_state() -> str:
+            if launcher.poll() is None:
+                return "the gateway of the launched stack (agora up still running)"
+            return f"the gateway; agora up exited {launcher.returncode}: {launcher.stdout.read()}"
+
+        wait_for(lambda: services_up() or launcher.poll() is not None, 180, launcher_state)
+        assert launcher.poll() is None, launcher_state()
         time.sleep(3)  # vLLM is loading beside it
         running = processes_of_run(run_id)
         names = " ".join(" ".join(psutil.Process(p).cmdline()) for p in running

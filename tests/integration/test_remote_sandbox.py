@@ -8,9 +8,7 @@ nor a nested user namespace is available to it), must refuse code loudly, never 
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 
 import httpx
 import pytest
@@ -18,9 +16,9 @@ import pytest
 from agora.rewards.verifiers.program import run_program
 from agora.sandbox.remote import SandboxUnavailable, code_runs_at, run_untrusted
 from agora.sandbox.runner import SandboxLimits
-from agora.stack.procs import Service, free_port, http_ok
+from agora.stack.procs import free_port
 from agora.tools import REGISTRY
-from tests.conftest import ROOT
+from tests.conftest import uvicorn_service
 
 TIMEOUT = 60.0
 
@@ -96,16 +94,11 @@ def unisolated_reward_url(logs_dir):
     unshare = shutil.which("unshare")
     assert unshare, "util-linux's unshare is needed to start a service that cannot isolate"
     port = free_port()
-    svc = Service(
-        name="reward-unisolated",
-        command=[unshare, "--user", sys.executable, "-m", "uvicorn", "services.reward.app:app",
-                 "--host", "127.0.0.1", "--port", str(port)],
-        log_path=logs_dir / "reward-unisolated.log",
-        env={**os.environ, "AGORA_SANDBOX_URL": "http://127.0.0.1:9/never-used"},
-        cwd=str(ROOT),
-        health=http_ok(f"http://127.0.0.1:{port}/metrics"),  # /health is 503 by design
-    )
-    svc.start()
+    svc = uvicorn_service("reward-unisolated", "services.reward.app:app", port,
+                          logs_dir / "reward-unisolated.log",
+                          env={"AGORA_SANDBOX_URL": "http://127.0.0.1:9/never-used"},
+                          prefix=(unshare, "--user"),
+                          health_path="/metrics").start()  # /health is 503 by design
     try:
         svc.wait_healthy(60)
         yield f"http://127.0.0.1:{port}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 
 import redis
@@ -122,4 +124,48 @@ def test_a_resumed_trainer_publishes_what_its_killed_self_recorded_but_never_sen
     assert stream.unfinished_sent()[f"{run_id}-2"]["sends"] == 2
     assert resumed.send_unpublished() == []  # now in the broker: nothing twice
     assert client.get(stream.keys.episodes_enqueued) == b"3"
+    client.delete(queue)
+
+
+def test_settle_sends_again_what_the_broker_lost_after_the_budget_and_waits_for_it(redis_url):
+    """The trainer's budget is spent with one episode lost by the broker (a Redis killed just
+    before, or a worker): ``settle`` must still find it, send it again and wait for it, or the
+    run ends with an episode in flight for good. With no worker left it gives up at the
+    deadline and says how many are left."""
+    run_id = f"settle-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    stream = EpisodeStream(client, run_id)
+    queue = f"rollouts-{run_id}"
+    delivery = Delivery(stream, make_celery(redis_url), TASK_NAME, queue, check_every_s=0)
+    ids = [f"{run_id}-{n}" for n in (1, 2)]
+    delivery.send_new([{"episode_id": i, "run_id": run_id} for i in ids], last_index=2)
+    client.delete(queue)  # both lost
+    stop = threading.Event()
+
+    def worker() -> None:
+        """Plays whatever reaches the queue (only episode 2 is still wanted)."""
+        while not stop.is_set():
+            raw = client.rpop(queue)
+            if raw is None:
+                time.sleep(0.05)
+                continue
+            episode_id = json.loads(raw)["headers"]["id"]
+            stream.append_once(_record(run_id, 0).model_copy(update={"episode_id": episode_id}))
+
+    assert stream.append_once(_record(run_id, 1).model_copy(update={"episode_id": ids[0]}))
+    assert stream.outstanding() == 1
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    try:
+        assert delivery.settle(within_s=20, period_s=0.05) == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert stream.outstanding() == 0 and stream.has_episode(ids[1])
+
+    delivery.send_new([{"episode_id": f"{run_id}-3", "run_id": run_id}], last_index=3)
+    client.delete(queue)
+    started = time.monotonic()
+    assert delivery.settle(within_s=0.5, period_s=0.05) == 1  # nobody plays it: left, said so
+    assert time.monotonic() - started < 5
     client.delete(queue)
