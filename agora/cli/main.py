@@ -385,6 +385,7 @@ def compare(
         except LaunchError as err:
             console.print(f"[bold red]cannot start[/]: {err}")
             raise typer.Exit(2) from None
+        os.environ[API_KEY_ENV] = stack.vllm_api_key  # the arm is evaluated on its servers
         if discussion:  # evaluated on the arm's own servers, in the arm's own format
             run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
             try:
