@@ -30,7 +30,7 @@ from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
 from agora.gateway.keys import KeyStore
 from agora.rollout.stream import RunKeys
-from agora.serving.auth import API_KEY_ENV
+from agora.serving.auth import API_KEY_ENV, vllm_api_key
 from agora.stack.launcher import LaunchError, Stack, make_stack
 from agora.stack.procs import ServiceFailed
 from agora.stack.redis_client import fail_fast_redis
@@ -142,6 +142,19 @@ def _interrupt(_signum, _frame) -> None:
     raise KeyboardInterrupt
 
 
+def access_lines(stack: Stack) -> list[str]:
+    """What the user of a fresh stack needs to reach it: how to make a gateway key (with Redis'
+    URL, password included) and the policy servers' vLLM key when this start made it (for
+    `agora eval --policy-url` or curl). Printed on the user's own terminal only."""
+    lines = []
+    if not stack.open_gateway:
+        lines.append(f"API keys required: agora keys create NAME --redis-url {stack.redis_url} "
+                     "(--scope admin for runs), or agora up --open")
+    if not vllm_api_key():
+        lines.append(f"policy servers' key: export {API_KEY_ENV}={stack.vllm_api_key}")
+    return lines
+
+
 def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
     """Start the stack, show progress until the trainer finishes, stop (all but ``keep``)."""
     # Ctrl-C and SIGTERM both stop every service. Installed explicitly: a shell starting us in
@@ -153,9 +166,8 @@ def run_stack(stack: Stack, keep_serving: tuple[str, ...] = ()) -> None:
         stack.start(on_phase=lambda msg: console.print(f"[cyan]>[/] {msg}"))
         console.print(f"[green]stack up[/] in {time.monotonic() - started:.0f}s; "
                       f"gateway http://{stack.cfg.services.host}:{stack.cfg.services.gateway_port}")
-        if not stack.open_gateway:
-            console.print(f"  API keys required: agora keys create NAME --redis-url "
-                          f"{stack.redis_url} (--scope admin for runs), or agora up --open")
+        for line in access_lines(stack):
+            console.print(f"  {line}")
         with Live(progress_table(stack, started), console=console, refresh_per_second=1) as live:
             def tick() -> None:
                 # Redis restarting (agora/stack/supervisor.py): keep the last view until it is back.

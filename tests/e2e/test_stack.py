@@ -13,9 +13,11 @@ import pytest
 import redis
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from agora.cli.main import access_lines
 from agora.gateway.keys import KeyStore
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.stream import RunKeys
+from agora.serving.auth import API_KEY_ENV
 from agora.stack.launcher import make_stack
 from agora.stack.procs import ServiceFailed
 from tests.stack_helpers import (
@@ -75,8 +77,12 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         assert httpx.get(policy + "/v1/models").status_code == 401
         assert httpx.post(policy + "/v1/load_lora_adapter", json={
             "lora_name": "intruder", "lora_path": str(stack.run_dir)}).status_code == 401
+        # The key `agora up` prints for its user (agora eval --policy-url) opens it.
+        printed = access_lines(stack)
+        assert stack.redis_url in printed[0] and "keys create" in printed[0]
+        exported = printed[1].removeprefix(f"policy servers' key: export {API_KEY_ENV}=")
         assert httpx.get(policy + "/v1/models", headers={
-            "authorization": f"Bearer {stack.vllm_api_key}"}).status_code == 200
+            "authorization": f"Bearer {exported}"}).status_code == 200
         # Three updates -> version 3 live in Redis, three adapters beside v0, a checkpoint.
         assert int(client.get(keys.version("player"))) == 3
         for v in range(4):
