@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
 
-.PHONY: setup demo test test-fast lint bench bench-gpu results lock clean
+.PHONY: setup demo test test-fast test-containers lint bench bench-gpu results lock clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -20,6 +20,12 @@ test: setup
 # tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~20 s.
 test-fast: setup
 	$(PY) -m pytest -q tests/unit
+
+# Real containers (issue 19): podman (installed if missing), agora's images built without a
+# registry (scripts/local_base_images.sh: minutes the first time), tests/e2e/test_containers.py.
+test-containers: setup
+	bash scripts/local_base_images.sh
+	$(PY) -m pytest -q tests/e2e/test_containers.py
 
 # Every learning experiment of configs/results.yaml (docs/results.md): hours on 2 cores.
 # Writes results/results.md (the README's figures) and results/curves.png; done experiments

@@ -2,7 +2,10 @@
 # docker compose it is the image of the one-shot `models` service, and every service image is
 # built FROM it (compose passes it as the build context `agora-base`).
 # Build by hand from the repo root:  docker build -f services/base.Dockerfile -t agora-base .
-FROM python:3.11-slim
+# PYTHON_IMAGE: the public image by default; scripts/local_base_images.sh builds a stand-in
+# from Debian's packages where no registry is reachable.
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -38,7 +41,13 @@ COPY pyproject.toml README.md ./
 COPY agora ./agora
 COPY services ./services
 COPY data ./data
-RUN pip install -c requirements/pins.txt -e ".[legal]"
+# gcc only for the install: reasoning-gym's pycosat ships no wheel for Python 3.11 (the first
+# real build, issue 19, failed on it).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install -c requirements/pins.txt -e ".[legal]" \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 
 # An unprivileged user owns the model cache and the run folder. Named volumes mounted there
 # start as copies of these (empty, agora-owned) folders; in k8s, fsGroup 10001 does the same.

