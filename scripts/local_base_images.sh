@@ -8,7 +8,12 @@
 #   localhost/python:3.11-slim    Debian's Python 3.11 in a venv (scripts/images/python.Dockerfile)
 #   localhost/agora-base          services/base.Dockerfile FROM the stand-in
 #   localhost/agora-<service>     services/<service>/Dockerfile FROM agora-base, for each
-#                                 service named in $AGORA_IMAGES (default: reward)
+#                                 service named in $AGORA_IMAGES (default: reward; `all`: every
+#                                 image of compose's cpu profile but Prometheus and Grafana)
+#   redis                         localhost/redis:7-debian (scripts/images/redis.Dockerfile)
+#   policy                        localhost/vllm-openai-cpu:v0.32.0 (scripts/images/
+#                                 vllm-cpu.Dockerfile), then agora-policy:cpu and
+#                                 agora-judge-model:cpu FROM it
 # pip inside the builds uses the host's own package set-up (its pip config, CA bundle, local
 # wheels and index mirrors are mounted read-only into each build step), so a build installs
 # exactly what `make setup` installs here, the CPU torch included.
@@ -20,6 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/scripts/containers.conf}"
 IMAGES="${AGORA_IMAGES:-reward}"
+[ "$IMAGES" = all ] && IMAGES="redis policy reward judge gateway rollout trainer"
 
 missing=()
 for tool in podman runc debootstrap; do
@@ -63,9 +69,24 @@ done
 
 # --format docker: OCI images drop HEALTHCHECK, which compose waits on.
 podman build --quiet --format docker -f services/base.Dockerfile -t localhost/agora-base \
-    --build-arg PYTHON_IMAGE=localhost/python:3.11-slim "${torch[@]}" "${host_pip[@]}" . >/dev/null
-for service in $IMAGES; do
-    podman build --quiet --format docker -f "services/$service/Dockerfile" \
-        -t "localhost/agora-$service" --build-arg BASE_IMAGE=localhost/agora-base . >/dev/null
+    --build-arg PYTHON_IMAGE=localhost/python:3.11-slim "${torch[@]}" "${host_pip[@]}" . \
+    >/dev/null
+build() {  # podman build, quiet, keeping HEALTHCHECK
+    podman build --quiet --format docker "$@" >/dev/null
+}
+for image in $IMAGES; do
+    case "$image" in
+        redis)
+            build -f scripts/images/redis.Dockerfile -t localhost/redis:7-debian scripts/images ;;
+        policy)
+            build -f scripts/images/vllm-cpu.Dockerfile -t localhost/vllm-openai-cpu:v0.32.0 \
+                "${torch[@]}" "${host_pip[@]}" .
+            build -f services/policy/Dockerfile -t localhost/agora-policy:cpu \
+                --build-arg VLLM_IMAGE=localhost/vllm-openai-cpu:v0.32.0 services/policy
+            podman tag localhost/agora-policy:cpu localhost/agora-judge-model:cpu ;;
+        *)
+            build -f "services/$image/Dockerfile" -t "localhost/agora-$image" \
+                --build-arg BASE_IMAGE=localhost/agora-base . ;;
+    esac
 done
 podman images --filter reference='localhost/*' --format '{{.Repository}}:{{.Tag}} {{.Size}}'

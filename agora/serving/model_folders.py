@@ -58,6 +58,10 @@ def smollm2_gguf_path() -> Path:
 
 def _publish(build, target: Path) -> Path:
     """Build into a temp folder beside ``target`` and rename it into place, under a lock."""
+    if (target / "config.json").is_file():
+        # Published already (the rename makes it whole at once): no lock file needed, so a
+        # read-only cache works (the rollout containers mount it so; issue 19 found this).
+        return target
     lock = filelock.FileLock(str(target) + ".lock")
     with lock:
         if (target / "config.json").is_file():

@@ -1,6 +1,7 @@
 """agora's images in real containers (issue 19): built without a registry by
 scripts/local_base_images.sh (podman, Debian stand-ins of the public bases), run with the
-settings docker-compose.yml gives them.
+settings docker-compose.yml gives them, and the whole cpu profile brought up by docker compose
+itself (scripts/compose_podman.sh) to train, hot-swap and serve across containers.
 
 The reward service is the image whose contract depends most on its container: model-written
 code runs in its sandbox, which needs namespaces. With compose's settings it must reach full
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import yaml
+from openai import OpenAI
 
 from agora.stack.procs import free_port
 from tests.conftest import ROOT
@@ -46,16 +50,17 @@ print("app", os.listdir("/app") if os.path.isdir("/app") else None)
 """
 
 
-def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def podman(*args: str, check: bool = True, timeout: float = 120
+           ) -> subprocess.CompletedProcess:
     return subprocess.run([ENGINE or "podman", *args], env=ENV, capture_output=True, text=True,
-                          timeout=120, check=check)
+                          timeout=timeout, check=check)
 
 
 @pytest.fixture(scope="module")
 def images() -> None:
     """The images, as the script builds them (minutes the first time, the layer cache after)."""
     subprocess.run(["bash", "scripts/local_base_images.sh"], cwd=ROOT, check=True, timeout=3600,
-                   env={**ENV, "AGORA_IMAGES": "reward"})
+                   env={**ENV, "AGORA_IMAGES": "all"})
 
 
 @contextlib.contextmanager
@@ -124,3 +129,69 @@ def test_reward_container_that_cannot_isolate_refuses_instead_of_scoring_zero(im
             "kind": "code", "code": "def f():\n    return 1\n",
             "tests": "assert f() == 1"}, timeout=30)
         assert verdict.status_code == 503, verdict.text  # never a silent 0
+
+
+# The stand-ins of the public images compose names (scripts/local_base_images.sh).
+LOCAL_IMAGES = {"AGORA_REDIS_IMAGE": "localhost/redis:7-debian",
+                "AGORA_VLLM_CPU_IMAGE": "localhost/vllm-openai-cpu:v0.32.0"}
+
+
+def compose(project: str, env: dict[str, str], *args: str, timeout: float
+            ) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "scripts/compose_podman.sh", "-p", project, *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(2400)
+def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(images):
+    """`docker compose --profile cpu up` for real: Redis, the models step, both vLLM servers,
+    reward, judge, gateway, a rollout worker and the trainer, each waited on by its health
+    check; three PPO updates of compose_smoke.yaml with each new adapter hot-swapped into the
+    policy container; an answer through the gateway; `down` leaves nothing behind."""
+    project = f"agora-e2e-{free_port()}"
+    gateway = f"http://127.0.0.1:{free_port()}"
+    env = {**ENV, **LOCAL_IMAGES, "COMPOSE_PROFILES": "cpu",
+           "AGORA_RUN_CONFIG": "compose_smoke.yaml", "AGORA_RUN_ID": "smoke",
+           "AGORA_MODELS": "smollm2-135m", "AGORA_GATEWAY_PORT": gateway.rsplit(":", 1)[1],
+           "AGORA_REDIS_PASSWORD": secrets.token_hex(24),
+           "AGORA_VLLM_API_KEY": secrets.token_hex(24),
+           "AGORA_GATEWAY_KEY_PEPPER": secrets.token_hex(32),
+           "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(8)}
+    container = f"{project}-{{}}-1".format
+    try:
+        up = compose(project, env, "up", "-d", "--no-build", "--wait", "--wait-timeout", "1200",
+                     "trainer-cpu", "gateway", "rollout", timeout=1500)
+        assert up.returncode == 0, up.stdout + up.stderr
+        # The trainer runs its budget (3 updates) and exits 0.
+        waited = podman("wait", container("trainer-cpu"), check=False, timeout=1200)
+        assert waited.stdout.strip() == "0", podman("logs", container("trainer-cpu")).stderr
+        logs = podman("logs", container("trainer-cpu")).stderr
+        assert all(f"update {n}:" in logs for n in (1, 2, 3)), logs[-3000:]
+
+        # Each version crossed from the trainer's container to the policy server's: vLLM
+        # serves v3 from the shared runs volume.
+        models = podman("exec", container("policy-cpu"), "python3", "-c",
+                        "import json, os, urllib.request; print(json.load(urllib.request."
+                        "urlopen(urllib.request.Request('http://127.0.0.1:8100/v1/models', "
+                        "headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}))))")
+        assert "/runs/smoke/adapters/player/v3" in models.stdout, models.stdout
+
+        # A key made in the gateway's container, then the OpenAI client from outside.
+        made = podman("exec", container("gateway"), "agora", "keys", "create", "tester")
+        key = re.search(r"agora-[A-Za-z0-9_-]{20,}", made.stdout).group(0)
+        agents = httpx.get(gateway + "/v1/agents", timeout=30,
+                           headers={"authorization": f"Bearer {key}"}).json()["data"]
+        assert [(a["id"], a["version"], a["versions"]) for a in agents] == [
+            ("player", 3, [0, 1, 2, 3])]
+        reply = OpenAI(base_url=gateway + "/v1", api_key=key).chat.completions.create(
+            model="player", max_tokens=8, messages=[{"role": "user", "content": "Your move?"}])
+        assert reply.choices[0].message.content
+
+        failed = podman("exec", "-e", f"REDISCLI_AUTH={env['AGORA_REDIS_PASSWORD']}",
+                        container("redis"), "redis-cli", "-p", "6390", "get",
+                        "agora:smoke:episodes_failed")
+        assert failed.stdout.strip() in ("", "0"), failed.stdout  # no episode given up on
+    finally:
+        down = compose(project, env, "down", "-v", timeout=600)
+        left = podman("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}")
+        assert down.returncode == 0 and left.stdout.strip() == "", down.stderr

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `docker compose` (the real v2 binary that scripts/ensure_deploy_tools.sh installs) driving
+# podman, for hosts without a Docker engine (issue 19). Arguments go to docker compose as is:
+#   AGORA_REDIS_IMAGE=localhost/redis:7-debian \
+#   AGORA_VLLM_CPU_IMAGE=localhost/vllm-openai-cpu:v0.32.0 COMPOSE_PROFILES=cpu \
+#   scripts/compose_podman.sh up -d --no-build --wait trainer-cpu gateway rollout
+# (images from scripts/local_base_images.sh with AGORA_IMAGES=all). It
+#  - starts podman's Docker-compatible API on $AGORA_PODMAN_SOCKET if nothing answers there;
+#  - runs the containers' health checks every 3 s while compose runs: podman schedules them
+#    with systemd timers, and on a host without systemd (a container, a CI machine) they never
+#    run, so compose's `depends_on: condition: service_healthy` would wait forever.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/scripts/containers.conf}"
+SOCKET="${AGORA_PODMAN_SOCKET:-/run/podman/podman.sock}"
+export DOCKER_HOST="unix://$SOCKET"
+COMPOSE="${COMPOSE:-.venv/bin/docker-compose}"
+
+if ! curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1; then
+    mkdir -p "$(dirname "$SOCKET")"
+    nohup podman system service --time=0 "$DOCKER_HOST" >/dev/null 2>&1 &
+    for _ in $(seq 50); do
+        curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+fi
+
+pump_health() {
+    while true; do
+        for container in $(podman ps -q); do
+            podman healthcheck run "$container" >/dev/null 2>&1 || true
+        done
+        sleep 3
+    done
+}
+pump_health &
+pump=$!
+trap 'kill $pump 2>/dev/null || true' EXIT
+"$COMPOSE" "$@"
