@@ -57,6 +57,13 @@ def served(cfg: RunConfig) -> dict[str, Served]:
     }
 
 
+# Run configs the deployments serve only with another model in the policy server: compose takes
+# these variables (tests/integration/test_compose.py checks they make it serve the config);
+# k8s has no overlay for them yet (docs/vlm.md).
+MODEL_SWITCHED = {"tictactoe_vlm.yaml": {"AGORA_POLICY_MODEL": "tiny-random-vlm",
+                                         "AGORA_MODELS": "tiny-random-vlm"}}
+
+
 def policy_servers(configs: list[Path]) -> dict[str, list[tuple[str, BaseModelConfig]]]:
     """Each host a shipped run config's policy servers are reached at -> the models it must
     serve, labelled ``<file>: models.<key>``.

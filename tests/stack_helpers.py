@@ -136,3 +136,15 @@ def completion_logprob(learner, example: dict) -> float:  # learner: agora.algos
     completion = tok.encode(example["completion"][0]["content"], add_special_tokens=False)
     sample = TurnSample(prompt, completion, [0.0] * len(completion), 0.0)
     return sum(learner.sequence_logprobs(sample)) / len(completion)
+
+
+def randomize_lora_b(model, seed: int, scale: float = 0.2) -> None:
+    """Random LoRA B matrices (PEFT starts them at zero, which makes an adapter identical to
+    its base): an adapter whose served and learned logprobs can be told apart from the base."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * scale)

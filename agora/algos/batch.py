@@ -11,7 +11,7 @@ the host, so it records every index the update will need, and the update only ga
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -35,6 +35,8 @@ class TurnSample:
     # Samples of the same prompt (ppo.group_size episodes of one seed or task; the same role
     # and turn number): what grpo / rloo compare its reward with. None: a group of its own.
     group: str | None = None
+    # The prompt's images (data URLs), for a vision-language learner (docs/vlm.md).
+    images: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Batch:
     first_token_host: list[int]  # flat index of each row's first action token
     actions_host: list[int]  # action tokens per row
     pred_pos_host: list[int]
+    images_host: list[list[str]] = field(default_factory=list)  # each row's prompt images
 
     @property
     def size(self) -> int:
@@ -138,6 +141,7 @@ def collate(samples: list[TurnSample], pad_id: int,
         first_token_host=first_token,
         actions_host=actions,
         pred_pos_host=pred_pos,
+        images_host=[s.images for s in samples],
     )
 
 

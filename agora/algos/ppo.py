@@ -41,6 +41,7 @@ whitening uses statistics summed over every process. One process is the same cod
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import random
@@ -66,6 +67,7 @@ from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.algos.distributed import DataParallel
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
+from agora.envs.images import decode_data_url
 
 __all__ = ["PPOLearner", "TurnSample", "ValueHead", "collate"]
 
@@ -106,11 +108,37 @@ class ActionForward(nn.Module):
         self._decoder = [body]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                prefix_len: int, rows: torch.Tensor,
-                positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                prefix_len: int, rows: torch.Tensor, positions: torch.Tensor,
+                **image_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``image_inputs``: a vision-language model's pixel inputs for the rows' images."""
         hidden = shared_prefix.hidden_states(self._decoder[0], input_ids, attention_mask,
-                                             prefix_len)[rows, positions]
+                                             prefix_len, **image_inputs)[rows, positions]
         return hidden, self._causal_lm[0].lm_head(hidden)
+
+
+def language_model_targets(model: nn.Module, names: list[str],
+                           layers: list[int] | None) -> list[str]:
+    """Full names of a vision-language model's language-model modules whose last name is in
+    ``names`` (q_proj, ...), in ``layers`` only when given: PEFT's ``layers_to_transform``
+    would also count the vision tower's layers."""
+    found = []
+    for name, _ in model.named_modules():
+        parts = name.split(".")
+        if parts[-1] not in names or any(p.startswith("vision") for p in parts):
+            continue
+        index = next((int(p) for p in parts if p.isdigit()), None)
+        if layers is None or index in layers:
+            found.append(name)
+    if not found:
+        raise ValueError(f"lora_targets {names} name no module of the language model")
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def decoded_image(url: str):
+    """A data URL's image, decoded once per update's worth of turns (PPO epochs and the
+    reference forward see the same images again)."""
+    return decode_data_url(url)
 
 
 class PPOLearner:
@@ -126,7 +154,9 @@ class PPOLearner:
                  placement: Placement | None = None,
                  parallel: DataParallel = distributed.SINGLE) -> None:
         from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+        from agora.serving.model_folders import is_vision_language
 
         torch.manual_seed(seed)
         self.placement = placement or resolve(compute or ComputeConfig(), agent.device)
@@ -147,8 +177,18 @@ class PPOLearner:
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
         self.full_weights = agent.finetune == "full"
+        # A vision-language model (docs/vlm.md): LoRA on its language model only, and every
+        # forward gets the turn's images as the processor's pixel inputs.
+        self.vision = is_vision_language(model_path)
+        self.image_processor = None
+        if self.vision:
+            self._refuse_unsupported_vision_setup(agent, parallel)
+            from transformers import AutoProcessor
+
+            self.image_processor = AutoProcessor.from_pretrained(model_path).image_processor
+        model_class = AutoModelForImageTextToText if self.vision else AutoModelForCausalLM
         # Full weights train as fp32 master weights (autocast does the bf16 math).
-        base = AutoModelForCausalLM.from_pretrained(
+        base = model_class.from_pretrained(
             model_path, **self.placement.model_kwargs(full_weights=self.full_weights))
         base.config.use_cache = False
         self.reference_forward: ActionForward | None = None
@@ -170,12 +210,16 @@ class PPOLearner:
             reference.config.use_cache = False
             self.reference_forward = ActionForward(reference, reference, reference.model)
         else:
+            # A VLM's targets are named in full: only its language model's projections (the
+            # vision tower has q/k/v_proj too), which is what vLLM serves LoRA on.
+            targets = (language_model_targets(base, agent.lora_targets, agent.lora_layers)
+                       if self.vision else list(agent.lora_targets))
             lora = LoraConfig(
                 r=agent.lora_rank,
                 lora_alpha=agent.lora_alpha,
                 lora_dropout=agent.lora_dropout,
-                target_modules=list(agent.lora_targets),
-                layers_to_transform=agent.lora_layers,
+                target_modules=targets,
+                layers_to_transform=None if self.vision else agent.lora_layers,
                 task_type="CAUSAL_LM",
             )
             self.model = get_peft_model(base, lora).to(self.device)
@@ -188,7 +232,7 @@ class PPOLearner:
                     self.model.add_adapter(REFERENCE_ADAPTER, lora)
                     self._set_adapter_weights(weights, REFERENCE_ADAPTER)
                     self.model.set_adapter("default")  # default trains, the reference not
-        self.value_head = ValueHead(base.config.hidden_size).to(self.device)
+        self.value_head = ValueHead(base.config.get_text_config().hidden_size).to(self.device)
         body = self._causal_lm().model
         # Dynamic shapes: every batch has its own length. The decoder is what costs.
         self.forward_module = ActionForward(
@@ -211,6 +255,17 @@ class PPOLearner:
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.placement.dtype == torch.float16)
         self.updates = 0
+
+    @staticmethod
+    def _refuse_unsupported_vision_setup(agent: AgentConfig, parallel: DataParallel) -> None:
+        """What a vision-language learner does not do yet, said at start rather than failing
+        inside a forward."""
+        if parallel.sharded:
+            raise ValueError("trainer.processes: a vision-language learner runs in one "
+                             "process for now (docs/vlm.md)")
+        if agent.finetune == "full":
+            raise ValueError(f"agents.{agent.name}.finetune: 'full' is not supported for a "
+                             "vision-language model yet; use lora (docs/vlm.md)")
 
     @staticmethod
     def _read_adapter(folder: Path) -> dict[str, torch.Tensor]:
@@ -266,6 +321,13 @@ class PPOLearner:
         """How ``rows`` are forwarded: ``[(rows, shared prefix length)]``. One group (one
         batched forward) unless sharing prompt prefixes pays on this device
         (``trainer.shared_prefix``, ``shared_prefix.pays_off``)."""
+        if self.vision:
+            # Rows with images and rows without are forwarded apart (the vision tower runs
+            # only for the first), never over a shared prefix (its image features would have
+            # to be shared too; not built).
+            with_images = [r for r in rows if batch.images_host[r]]
+            without = [r for r in rows if not batch.images_host[r]]
+            return [(group, 0) for group in (with_images, without) if group]
         mode = self.placement.shared_prefix
         # Compiled decoders get plain rows: the prefix path hands a KV-cache object through the
         # decoder, a combination not measured or tested under torch.compile. Sharded learners
@@ -308,7 +370,8 @@ class PPOLearner:
             if all(batch.lengths_host[r] == width for r in members):
                 mask = None  # no padding: transformers then skips its mask (and its host sync)
             hidden, logits = (module or self.forward_module)(
-                input_ids, mask, prefix_len, batch.index(local_rows), batch.index(positions))
+                input_ids, mask, prefix_len, batch.index(local_rows), batch.index(positions),
+                **self._vision_inputs(batch, members))
             hidden_pieces.append(hidden)
             logit_pieces.append(logits.float())
         if len(hidden_pieces) == 1:
@@ -316,6 +379,19 @@ class PPOLearner:
         # Groups interleave rows: put the tokens back in flat order (argsort on the host).
         order = batch.index(sorted(range(len(flat_order)), key=flat_order.__getitem__))
         return torch.cat(hidden_pieces)[order], torch.cat(logit_pieces)[order]
+
+    def _vision_inputs(self, batch: Batch, rows: list[int]) -> dict[str, torch.Tensor]:
+        """The model's image inputs for ``rows`` (all with images, or none: see
+        ``_forward_groups``), made by the model's own image processor from the images the
+        policy server was sent, so the learner sees the pixels vLLM saw."""
+        if not self.vision or not batch.images_host[rows[0]]:
+            return {}
+        images = [[decoded_image(url) for url in batch.images_host[r]] for r in rows]
+        inputs = self.image_processor(images=images, return_tensors="pt")
+        return {name: value.to(self.device, non_blocking=True,
+                               dtype=self.placement.weights_dtype
+                               if value.is_floating_point() else value.dtype)
+                for name, value in inputs.items()}
 
     def _logprobs(self, logits: torch.Tensor, labels: torch.Tensor,
                   allowed: torch.Tensor | None = None):
@@ -343,7 +419,8 @@ class PPOLearner:
         if self._masker is None:
             from agora.algos.action_mask import ChoiceMasker, stop_token_ids
 
-            self._masker = ChoiceMasker(self.tokenizer, self._causal_lm().config.vocab_size,
+            vocab = self._causal_lm().config.get_text_config().vocab_size
+            self._masker = ChoiceMasker(self.tokenizer, vocab,
                                         stop_token_ids(self.tokenizer, self.model_path))
         return [None if s.choices is None else self._masker.allowed(s.choices, s.completion_ids)
                 for s in samples]

@@ -84,13 +84,17 @@ def hidden_states(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     prefix_len: int,
+    **image_inputs: torch.Tensor,
 ) -> torch.Tensor:
     """Last hidden states ``[B, T, H]`` of right-padded rows whose first ``prefix_len`` tokens
     are identical. Positions inside the prefix are not computed (zeros): callers read only
-    positions >= ``prefix_len``."""
+    positions >= ``prefix_len``. ``image_inputs`` (a vision-language body's pixel inputs) go
+    with whole rows only."""
     if prefix_len == 0:
         return body(input_ids=input_ids, attention_mask=attention_mask,
-                    use_cache=False).last_hidden_state
+                    use_cache=False, **image_inputs).last_hidden_state
+    if image_inputs:
+        raise ValueError("a shared prefix forward takes no image inputs")
     batch, width = input_ids.shape
     prefix = body(input_ids=input_ids[:1, :prefix_len], use_cache=True).past_key_values
     shared = DynamicCache(ddp_cache_data=[

@@ -249,12 +249,13 @@ def _score_cell(row: dict) -> str:
 def ask_gateway_for_move(stack: Stack, agent: str) -> None:
     """Show a position, ask the trained agent through the gateway's OpenAI API, print its move."""
     from agora.envs.base import legal_completions
-    from agora.envs.registry import make_env
+    from agora.envs.images import text_of
     from agora.envs.tictactoe import TicTacToe, render_board
+    from agora.rollout.seating import build_env
     from agora.serving.requests import chat_request
 
     cfg = stack.cfg
-    env = make_env(cfg.environment.name, num_seats=len(cfg.environment.seats))
+    env = build_env(cfg, {"seed": 1})  # as in training: an image view stays an image view
     if isinstance(env, TicTacToe):
         env.reset(seed=1, opening=[4, 0, 8])  # O centre, X corner, O opposite corner: X to move
     else:
@@ -275,7 +276,8 @@ def ask_gateway_for_move(stack: Stack, agent: str) -> None:
     resp = httpx.post(url, json=body, timeout=60, headers={"authorization": f"Bearer {key}"})
     resp.raise_for_status()
     answer = cfg.environment.prefill + resp.json()["choices"][0]["message"]["content"]
-    position = render_board(env.board) if isinstance(env, TicTacToe) else messages[-1]["content"]
+    position = (render_board(env.board) if isinstance(env, TicTacToe)
+                else text_of(messages[-1]["content"]))
     legal = env.step(answer).legal
     console.print(f"\n[bold]Position[/] (agent '{agent}' plays {env.role(seat)}):\n"
                   f"{escape(position)}")

@@ -11,9 +11,11 @@ rewards is the reward service's job, which replays the actions to check them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-ChatMessage = dict[str, str]
+# An OpenAI chat message: ``content`` is text, or a list of content parts (text and, for envs
+# seen as images, ``image_url`` parts: agora/envs/images.py).
+ChatMessage = dict[str, Any]
 
 
 @dataclass

@@ -46,6 +46,7 @@ import re
 from dataclasses import dataclass
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.images import ObservationMode, card_rows_image, image_part, png_data_url, text_part
 from agora.envs.spec import DefaultPlay, EnvSpec
 
 COLORS = ("white", "yellow", "green", "blue", "red")  # TextArena's Suit order: it fixes the deck
@@ -178,11 +179,12 @@ class Hanabi:
     # so a game ends within ~110 moves plus a last round.
     max_episode_turns = 256
 
-    def __init__(self, num_players: int = 2) -> None:
+    def __init__(self, num_players: int = 2, observation: ObservationMode = "text") -> None:
         if not MIN_PLAYERS <= num_players <= MAX_PLAYERS:
             raise ValueError(f"Hanabi needs {MIN_PLAYERS}-{MAX_PLAYERS} players, got {num_players}")
         self.num_seats = num_players
         self.hand_size = hand_size_for(num_players)
+        self.observation_mode = observation  # text | image | both (agora/envs/images.py)
         self.reset(0)
 
     # --- protocol ---------------------------------------------------------------------------
@@ -246,6 +248,7 @@ class Hanabi:
             f"deck {len(self.deck)}",
             f"Discarded: {self._discard_summary()}",
         ]
+        table = len(lines)  # the lines from here to the hints are what the picture shows
         for other in self.teammates(seat):
             cards = ", ".join(f"{i} {card_text(c)}" for i, c in enumerate(self.hands[other]))
             lines.append(f"Player {other} has: {cards}")
@@ -254,10 +257,29 @@ class Hanabi:
         recent = self.log[-self.num_seats :]
         lines.append("Last moves: " + ("; ".join(recent) if recent else "none"))
         lines.append(f"Your move as player {seat}:")
-        return [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": "\n".join(lines)},
-        ]
+        system = {"role": "system", "content": SYSTEM_PROMPT}
+        if self.observation_mode == "text":
+            return [system, {"role": "user", "content": "\n".join(lines)}]
+        picture = png_data_url(self.table_image(seat))
+        head, tail = lines[:-2], lines[-2:]
+        if self.observation_mode == "image":
+            # The fireworks line, the hands and the hints are in the picture; the rest is text.
+            head = [lines[0], *lines[2:table], "Table (fireworks, hands, your cards):"]
+        parts = [text_part("\n".join(head) + "\n"), image_part(picture),
+                 text_part("\n" + "\n".join(tail))]
+        return [system, {"role": "user", "content": parts}]
+
+    def table_image(self, seat: int):
+        """What ``seat`` sees, drawn: the fireworks (each suit's top card), every teammate's
+        hand face up, its own cards as far as hints tell (agora/envs/images.py)."""
+        fireworks = [(color, str(value)) for color, value in self.fireworks.items()]
+        rows = [("fireworks", fireworks)]
+        for other in self.teammates(seat):
+            rows.append((f"player {other}",
+                         [(color, str(rank)) for color, rank in self.hands[other]]))
+        rows.append(("your cards", [(color, str(rank) if rank else "?")
+                                    for color, rank in self.hints[seat]]))
+        return card_rows_image(rows)
 
     def step(self, action: str) -> StepResult:
         if self._done:
@@ -425,6 +447,8 @@ def hanabi_rewards(info: dict, num_seats: int) -> list[float]:
 
 SPEC = EnvSpec(
     "hanabi", seats=(2, 5), make=lambda seats: Hanabi(num_players=seats),
+    build=lambda section, payload: Hanabi(num_players=len(section.seats),
+                                          observation=section.observation), images=True,
     bots={"hanabi_random": "agora.agents.bots:HanabiRandomBot",
           "hanabi_simple": "agora.agents.bots:HanabiSimpleBot"},
     cooperative=True, evaluation="duplicate", demonstrators=("hanabi_simple",),

@@ -91,6 +91,9 @@ class EnvSpec:
     sandboxed: bool = False
     # Extra checks of the config's environment section (raise ValueError with the reason).
     check: Callable[[Any], None] | None = None
+    # It can show its state as an image (``environment.observation: image | both``; the
+    # env's constructor takes ``observation``, agora/envs/images.py).
+    images: bool = False
     # How the gateway plays it for an agent trained elsewhere (None: it cannot).
     play: DefaultPlay | None = None
 

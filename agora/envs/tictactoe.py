@@ -17,6 +17,7 @@ import random
 import re
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.images import ObservationMode, grid_image, image_part, png_data_url, text_part
 from agora.envs.spec import DefaultPlay, EnvSpec
 
 MOVE_PATTERN = re.compile(r"\[\s*(\d+)\s*\]")
@@ -61,7 +62,8 @@ class TicTacToe:
     name = "tictactoe"
     num_seats = 2
 
-    def __init__(self) -> None:
+    def __init__(self, observation: ObservationMode = "text") -> None:
+        self.observation_mode = observation  # text | image | both (agora/envs/images.py)
         self.board: list[str] = [""] * 9
         self._seat = 0
         self._done = False
@@ -105,12 +107,16 @@ class TicTacToe:
             f"You play Tic-Tac-Toe as {mark} against {other}. Get three {mark} in a row to win. "
             "Reply with the number of a free cell in brackets, like [4]."
         )
-        user = (
-            f"Board:\n{compact_board(self.board)}\n"
-            f"Free cells: {' '.join(self.legal_actions())}\n"
-            f"Your move as {mark}:"
-        )
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        moves = f"Free cells: {' '.join(self.legal_actions())}\nYour move as {mark}:"
+        if self.observation_mode == "text":
+            user = f"Board:\n{compact_board(self.board)}\n{moves}"
+            return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        # The picture shows the marks and, in free cells, their numbers.
+        picture = png_data_url(grid_image([m or str(i) for i, m in enumerate(self.board)], 3))
+        board_text = (f"Board:\n{compact_board(self.board)}\n"
+                      if self.observation_mode == "both" else "Board:")
+        parts = [text_part(board_text), image_part(picture), text_part("\n" + moves)]
+        return [{"role": "system", "content": system}, {"role": "user", "content": parts}]
 
     def step(self, action: str) -> StepResult:
         if self._done:
@@ -151,6 +157,7 @@ class TicTacToe:
 
 SPEC = EnvSpec(
     "tictactoe", seats=(2, 2), make=lambda seats: TicTacToe(),
+    build=lambda section, payload: TicTacToe(observation=section.observation), images=True,
     bots={"random": "agora.agents.bots:RandomBot", "minimax": "agora.agents.bots:MinimaxBot"},
     demonstrators=("minimax",),
     evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))

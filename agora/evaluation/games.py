@@ -31,12 +31,13 @@ from itertools import combinations
 
 from agora.config.run import RunConfig
 from agora.envs.hanabi import MAX_SCORE
-from agora.envs.registry import make_bot, make_env
+from agora.envs.registry import make_bot
 from agora.evaluation.context import Advance, EvalContext, open_http
 from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.stats import mean_interval, rate, wilson
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player
+from agora.rollout.seating import build_env
 
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0, "illegal": 0.0}
 SELF = "self"  # the partner that is the player itself, in every seat
@@ -125,7 +126,8 @@ async def play_games(ctx: EvalContext, player: Contestant, other: Contestant | N
         me = player.player(ctx)
         seated = [me if other is None else other.player(ctx) for _ in range(seats)]
         seated[seat] = me
-        env = make_env(ctx.cfg.environment.name, num_seats=seats)
+        # Built as in training (the run's options: an image view stays an image view).
+        env = build_env(ctx.cfg, {"seed": seed + g})
         record = await ctx.play(env, seated, f"eval-{player.label}-{other_label}-{seed + g}",
                                 seed + g)
         advance()

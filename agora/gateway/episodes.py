@@ -75,6 +75,9 @@ class EpisodeCreate(BaseModel):
     rounds: int = Field(2, ge=1, le=10, description="discussion rounds")
     temperature: float | None = Field(None, ge=0.0, le=5.0,
                                       description="override the agents' sampling temperature")
+    observation: Literal["text", "image", "both"] = Field(
+        "text", description="what every seat sees: the board as text, as an image part (for "
+        "vision-language agents; docs/vlm.md) or both")
 
     @field_validator("env")
     @classmethod
@@ -90,6 +93,9 @@ class EpisodeCreate(BaseModel):
         if not low <= len(self.seats) <= high:
             size = str(low) if low == high else f"{low}-{high}"
             raise ValueError(f"seats: {self.env} has {size} seats, got {len(self.seats)}")
+        if self.observation != "text" and not REGISTRY[self.env].images:
+            raise ValueError(f"observation: {self.env} is shown as text only; envs drawn as "
+                             f"images: {[s.name for s in SPECS if s.images]}")
         if USER not in self.seats:
             raise ValueError(f"seats: at least one seat must be '{USER}' (you)")
         bots = GAME_BOTS.get(self.env, ())
@@ -122,6 +128,9 @@ def build_env(spec: EpisodeCreate) -> TurnBasedEnv:
     """The episode's env: a fresh game, or (a discussion) built by its spec from the episode's
     seats, rounds and task, which is filled in at creation (``with_task``)."""
     env_spec = REGISTRY[spec.env]
+    if spec.observation != "text":  # a game that draws itself (checked on creation)
+        assert env_spec.build is not None
+        return env_spec.build(spec, {"seed": spec.seed})
     if env_spec.make is not None:
         return make_env(spec.env, num_seats=len(spec.seats))
     assert env_spec.build is not None and spec.task is not None
@@ -179,7 +188,12 @@ class EpisodeService:
         spec = self.with_task(spec)
         for index, seat in enumerate(spec.seats):  # unknown agents/versions fail before play
             if seat != USER and not seat.startswith(BOT_PREFIX):
-                await self.router.resolve(seat, param=f"seats.{index}")
+                route = await self.router.resolve(seat, param=f"seats.{index}")
+                if spec.observation != "text" and not self.router.sees_images(route.agent):
+                    raise GatewayError(422, f"seats.{index}: agent '{route.agent.name}' reads "
+                                       "text only; observation 'image' or 'both' needs "
+                                       "vision-language agents", "image_not_supported",
+                                       param=f"seats.{index}")
         state = EpisodeState(id="ep-" + secrets.token_hex(8), spec=spec, created=time.time(),
                              owner=owner)
         env = build_env(spec)

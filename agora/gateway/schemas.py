@@ -80,6 +80,7 @@ class ModelRouter:
         self.http = http
         self.loaded: set[tuple[str, str]] = set()  # (server, LoRA name) pinned and loaded
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.vision: dict[str, bool] = {}  # base model key -> takes images
 
     def agent(self, name: str, param: str = "model", asked: str | None = None) -> AgentConfig:
         """The agent ``name``; 404 naming what was ``asked`` for and the agents that exist."""
@@ -89,6 +90,15 @@ class ModelRouter:
             known = [a.name for a in self.cfg.agents]
             message = f"The model '{asked or name}' does not exist; agents: {known}"
             raise GatewayError(404, message, "model_not_found", param=param) from None
+
+    def sees_images(self, agent: AgentConfig) -> bool:
+        """Whether the agent's base model takes images; a hub id that cannot be read here
+        counts as yes (vLLM then judges)."""
+        if agent.base not in self.vision:
+            from agora.stack.preflight import sees_images
+
+            self.vision[agent.base] = sees_images(self.cfg.models[agent.base].model) is not False
+        return self.vision[agent.base]
 
     async def resolve(self, model: str, param: str = "model") -> Route:
         """The route of ``model``; a pinned version is loaded into vLLM if it is not yet."""

@@ -6,6 +6,8 @@ config, so the same image runs in the embedded stack, compose and k8s).
 | ``AGORA_CONFIG`` | (required) | run config YAML: which agents exist, where their servers are |
 | ``AGORA_GATEWAY_TIMEOUT_S`` | ``120`` | budget of each upstream (vLLM) read; over it: 504 |
 | ``AGORA_GATEWAY_MAX_BODY_BYTES`` | ``1048576`` | request body limit; over it: 413 |
+| ``AGORA_GATEWAY_MAX_IMAGE_BYTES`` | ``262144`` | each image part, decoded; over it: 413 |
+| ``AGORA_GATEWAY_MAX_IMAGE_SIDE`` | ``2048`` | each image's width and height; over it: 413 |
 | ``AGORA_GATEWAY_REQUIRE_KEYS`` | ``0`` | ``1``: API keys required even before any exists |
 | ``AGORA_GATEWAY_DEFAULT_RATE`` | ``600`` | requests/min of a key without ``--rate`` (0: none) |
 | ``AGORA_GATEWAY_KEY_PEPPER`` | (none) | secret mixed into key hashes (same value for the CLI) |
@@ -62,6 +64,9 @@ class GatewaySettings(EnvSettings):
 
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
+    # Each image part of a request (agora/gateway/images.py): decoded bytes, pixels a side.
+    max_image_bytes: int = Field(256 * 1024, ge=1)
+    max_image_side: int = Field(2048, ge=1)
     require_keys: Annotated[bool, BeforeValidator(_flag)] = False
     # A key without a rate of its own is still limited: a leaked key cannot flood the policy
     # servers. 0 lifts the default.

@@ -28,6 +28,9 @@ class Turn(BaseModel):
     # With ``sampling.legal_actions_only``: the completions the turn was restricted to (legal
     # actions minus the prefill). The trainer rebuilds vLLM's token masks from them.
     choices: list[str] | None = None
+    # The images of the turn's prompt, in order, as the data URLs the policy was sent
+    # (vision-language agents, docs/vlm.md); the learner recomputes their pixels.
+    images: list[str] = Field(default_factory=list)
     reward: float = 0.0
 
     @property

@@ -96,6 +96,7 @@ async def run_episode(
                 behaviour_logprobs=gen.logprobs,
                 finish_reason=gen.finish_reason,
                 choices=choices,
+                images=gen.images,
             )
         result = env.step(text)
         turn.legal = result.legal

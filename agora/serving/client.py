@@ -4,7 +4,11 @@ Rollouts call ``/v1/completions`` with a token-id prompt that we render ourselve
 + the assistant prefill, e.g. ``[``), asking for ``return_token_ids`` and per-token logprobs. Why
 token ids and not the chat endpoint: the trainer must score exactly the tokens vLLM sampled,
 and rendering the prompt here (with the same tokenizer the trainer uses) makes the prompt ids a
-fact we control rather than a server-side detail.
+fact we control rather than a server-side detail. Turns whose messages carry images (a
+vision-language agent, docs/vlm.md) go to ``/v1/chat/completions`` instead, the one vLLM route
+that takes images: the server renders the template and expands each image to its placeholder
+tokens, and returns those prompt ids (``return_token_ids``), which the learner then scores with
+the same images.
 
 Connection failures are retried with exponential backoff (tenacity): a policy server that is
 restarting or hot-swapping should delay an episode, not lose it. A restarted server knows no
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from tenacity import (
@@ -30,8 +34,9 @@ from tenacity import (
 
 from agora.config.agents import SamplingConfig
 from agora.envs.base import ChatMessage
+from agora.envs.images import image_urls
 from agora.serving.auth import vllm_headers
-from agora.serving.requests import completion_request
+from agora.serving.requests import chat_request, completion_request
 
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
@@ -83,6 +88,31 @@ class Generation:
     completion_token_ids: list[int]
     logprobs: list[float]
     finish_reason: str | None
+    # The images of the prompt, in order (data URLs): the learner needs them with the ids.
+    images: list[str] = field(default_factory=list)
+
+
+def _parse_chat(data: dict, images: list[str]) -> Generation:
+    """A chat completion asked with ``return_token_ids`` and ``logprobs``: the prompt ids
+    (image placeholders expanded) are top-level, the completion's on the choice."""
+    choice = data["choices"][0]
+    content = (choice.get("logprobs") or {}).get("content") or []
+    token_logprobs = [float(entry["logprob"]) for entry in content]
+    completion_ids = list(choice.get("token_ids") or [])
+    prompt_ids = list(data.get("prompt_token_ids") or [])
+    if len(token_logprobs) != len(completion_ids) or not prompt_ids:
+        raise PolicyServerError(
+            f"policy server returned {len(completion_ids)} tokens, {len(token_logprobs)} "
+            f"logprobs and {len(prompt_ids)} prompt ids for a chat turn; is it vLLM with "
+            "return_token_ids support?")
+    return Generation(
+        text=(choice.get("message") or {}).get("content") or "",
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=completion_ids,
+        logprobs=token_logprobs,
+        finish_reason=choice.get("finish_reason"),
+        images=images,
+    )
 
 
 def _parse_completion(data: dict, prompt_ids: list[int]) -> Generation:
@@ -134,8 +164,15 @@ class PolicyClient:
         self, messages: list[ChatMessage], prefill: str = "", choices: list[str] | None = None
     ) -> Generation:
         """One completion; with ``choices``, exactly one of them (see ``completion_request``)."""
-        prompt_ids = render_prompt(self.tokenizer, messages, prefill)
-        body = completion_request(self.model, prompt_ids, self.sampling, choices)
+        images = image_urls(messages)
+        if images:
+            body = chat_request(self.model, messages, self.sampling, prefill, choices)
+            body.update(logprobs=True, top_logprobs=0, return_token_ids=True)
+            path = "/v1/chat/completions"
+        else:
+            prompt_ids = render_prompt(self.tokenizer, messages, prefill)
+            body = completion_request(self.model, prompt_ids, self.sampling, choices)
+            path = "/v1/completions"
         if self.adapter_wait_s > 0:
             waiting = AsyncRetrying(
                 retry=retry_if_exception_type(AdapterMissing),
@@ -145,10 +182,10 @@ class PolicyClient:
             )
             async for attempt in waiting:
                 with attempt:
-                    data = await self._post("/v1/completions", body)
+                    data = await self._post(path, body)
         else:
-            data = await self._post("/v1/completions", body)
-        return _parse_completion(data, prompt_ids)
+            data = await self._post(path, body)
+        return _parse_chat(data, images) if images else _parse_completion(data, prompt_ids)
 
     async def _post(self, path: str, body: dict) -> dict:
         own = self._http is None

@@ -11,6 +11,11 @@
   another architecture (biased q/k/v projections), other token ids, other special tokens. No
   second small real model ships in a package this machine can install; a real pair (SmolLM2 and
   a Qwen2.5) goes through exactly these code paths.
+- ``tiny-random-vlm``: a random Idefics3 (SmolVLM's architecture: a SigLIP-style vision tower,
+  pixel shuffle, a 2-layer Llama as language model) with SmolLM2's tokenizer plus SmolVLM's image
+  tokens, and a processor assembled here (64 px images, 4 image tokens each), for tests of
+  vision-language agents (docs/vlm.md). No VLM weights ship in a package this machine can
+  install; a real SmolVLM or Qwen2-VL folder goes through the same code paths.
 - anything else: a local folder, or a Hugging Face id handed to ``from_pretrained`` unchanged.
 
 Conversion writes to a temporary folder and renames it, so a crash never leaves a half model
@@ -30,7 +35,8 @@ import filelock
 SMOLLM2 = "smollm2-135m"
 TINY_RANDOM = "tiny-random"
 TINY_QWEN2 = "tiny-random-qwen2"
-BUILT_INS = (SMOLLM2, TINY_RANDOM, TINY_QWEN2)
+TINY_VLM = "tiny-random-vlm"
+BUILT_INS = (SMOLLM2, TINY_RANDOM, TINY_QWEN2, TINY_VLM)
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -190,6 +196,77 @@ def _build_tiny_qwen2(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+# SmolVLM's extra tokens: the image placeholder and the tags around it (the processor looks
+# each up by name), and the tile tags it uses when it splits large images.
+VLM_SPECIALS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
+                *(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))]
+# SmolLM2's ChatML, where a message's content may also be a list of parts: an image part is
+# the processor's "<image>" placeholder, which it (and vLLM) expand to the image's tokens.
+VLM_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] in ['image', 'image_url'] %}<image>{% endif %}{% endfor %}"
+    "{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+VLM_IMAGE_PX = 64  # the side every image is resized to (one 64 px tile, no splitting)
+VLM_PATCH_PX = 16
+VLM_SCALE = 2  # pixel shuffle: (64 / 16)^2 patches / 2^2 = 4 image tokens per image
+
+
+def _build_tiny_vlm(out: Path) -> None:
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessorPil,
+        Idefics3Processor,
+    )
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(SMOLLM2))
+    tokenizer.add_special_tokens({"additional_special_tokens": VLM_SPECIALS})
+    tokenizer.chat_template = VLM_CHAT_TEMPLATE
+    # The Pillow image processor: the default one needs torchvision, which agora does not
+    # install; both give the same pixels.
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": VLM_IMAGE_PX},
+        max_image_size={"longest_edge": VLM_IMAGE_PX})
+    image_tokens = (VLM_IMAGE_PX // VLM_PATCH_PX) ** 2 // VLM_SCALE ** 2
+    processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=image_tokens,
+                                  chat_template=VLM_CHAT_TEMPLATE)
+    config = Idefics3Config(
+        vision_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": VLM_IMAGE_PX,
+                       "patch_size": VLM_PATCH_PX},
+        text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 128,
+                     "intermediate_size": 256, "num_hidden_layers": 2,
+                     "num_attention_heads": 2,  # head_dim 64, as tiny-random
+                     "num_key_value_heads": 1, "max_position_embeddings": 2048,
+                     "tie_word_embeddings": True, "bos_token_id": tokenizer.bos_token_id,
+                     "eos_token_id": tokenizer.eos_token_id,
+                     "pad_token_id": tokenizer.pad_token_id},
+        scale_factor=VLM_SCALE, image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(2)
+    model = Idefics3ForConditionalGeneration(config)
+    model.save_pretrained(out, safe_serialization=True)
+    processor.save_pretrained(out)
+
+
+def is_vision_language(model_path: str) -> bool:
+    """Whether a model folder is a vision-language model (its config has a vision tower).
+    A hub id not on disk is taken as text-only: nothing can be read without the network."""
+    import json
+
+    config = Path(model_path) / "config.json"
+    if not config.is_file():
+        return False
+    return "vision_config" in json.loads(config.read_text())
+
+
 def resolve_model(name: str) -> str:
     """Return a path (or HF id) that ``from_pretrained`` and vLLM's ``--model`` accept."""
     if name == SMOLLM2:
@@ -198,6 +275,8 @@ def resolve_model(name: str) -> str:
         return str(_publish(_build_tiny_random, cache_dir() / TINY_RANDOM))
     if name == TINY_QWEN2:
         return str(_publish(_build_tiny_qwen2, cache_dir() / TINY_QWEN2))
+    if name == TINY_VLM:
+        return str(_publish(_build_tiny_vlm, cache_dir() / TINY_VLM))
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

@@ -19,7 +19,14 @@ import httpx
 import redis
 
 from agora.config.run import RunConfig
-from agora.serving.model_folders import BUILT_INS, TINY_QWEN2, cache_dir, smollm2_gguf_path
+from agora.serving.model_folders import (
+    BUILT_INS,
+    TINY_QWEN2,
+    TINY_VLM,
+    cache_dir,
+    is_vision_language,
+    smollm2_gguf_path,
+)
 
 PROBE_TIMEOUT_S = 3.0
 _PATH_PREFIXES = ("/", "./", "../", "~")
@@ -60,9 +67,38 @@ def model_problem(name: str) -> str | None:
             "Hugging Face model in the local cache (nothing is downloaded at run time)")
 
 
+def sees_images(name: str) -> bool | None:
+    """Whether model ``name`` takes images (None: cannot tell here, a hub id not cached)."""
+    if name in BUILT_INS:
+        return name == TINY_VLM
+    path = Path(name).expanduser()
+    if path.exists():
+        return is_vision_language(str(path))
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError:
+        return None
+    return is_vision_language(str(Path(cached).parent)) if isinstance(cached, str) else None
+
+
+def vision_problems(cfg: RunConfig) -> list[str]:
+    """Image observations need every agent that sees them to be a vision-language model."""
+    if cfg.environment.observation == "text":
+        return []
+    seated = {name for name in cfg.environment.seats if ":" not in name}
+    return [f"models.{agent.base}.model: '{cfg.models[agent.base].model}' reads text only, "
+            f"but environment.observation is '{cfg.environment.observation}' (agent "
+            f"{agent.name}); use a vision-language model (docs/vlm.md) or observation: text"
+            for agent in cfg.agents
+            if agent.name in seated and sees_images(cfg.models[agent.base].model) is False]
+
+
 def model_problems(cfg: RunConfig) -> list[str]:
     problems = [f"models.{key}.model: {problem}" for key, m in cfg.models.items()
                 if (problem := model_problem(m.model)) is not None]
+    problems += vision_problems(cfg)
     learned = cfg.reward.learned_model
     if learned and not (Path(learned).expanduser() / "config.json").is_file():
         problems.append(f"reward.learned_model: '{learned}' is not a trained verifier folder "

@@ -192,6 +192,7 @@ class EpisodeFeed:
                 version=turn.policy_version or 0,
                 role=turn.role,
                 choices=turn.choices,
+                images=turn.images,
                 # The same prompt: the group's episode, role and turn number.
                 group=(f"{group}/{turn.role}/{ordinal[key]}" if group is not None
                        else None),

@@ -42,6 +42,7 @@ from agora.gateway.auth import Authorizer, requester
 from agora.gateway.browser_guard import guard_against_browsers
 from agora.gateway.episodes import EpisodeService
 from agora.gateway.errors import GatewayError, add_error_handlers
+from agora.gateway.images import check_image_parts
 from agora.gateway.observe import observe_gateway
 from agora.gateway.proxy import forward, forward_stream, parse_chat_body, read_body
 from agora.gateway.run_context import RunContext
@@ -143,6 +144,8 @@ def create_app(cfg: RunConfig, settings: GatewaySettings | None = None,
         body = parse_chat_body(await read_body(request, limit))
         router: ModelRouter = request.app.state.router
         route = await router.resolve(body["model"])
+        check_image_parts(body["messages"], route.agent.name, router.sees_images(route.agent),
+                          settings.max_image_bytes, settings.max_image_side)
         body["model"] = route.served_name
         url = route.base_url + "/v1/chat/completions"
         send = forward_stream if body.get("stream") else forward

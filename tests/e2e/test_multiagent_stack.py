@@ -94,3 +94,46 @@ def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tm
         stack.stop()
     assert descendants_alive(pids) == []
     assert processes_of_run("multi") == []
+
+
+def test_vision_language_agent_trains_on_board_images_through_the_stack(tmp_path):
+    # configs/tictactoe_vlm.yaml's setting on the tiny random Idefics3: the workers send the
+    # board as an image to vLLM's chat route, the trainer learns from the same images and
+    # hot-swaps the adapter of the VLM's language model.
+    cfg = tiny_config(
+        models={"tiny": {"model": "tiny-random-vlm", "max_model_len": 1024}},
+        agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
+                 "lora_targets": ["q_proj", "v_proj"],
+                 "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}],
+        environment={"observation": "image"}, trainer={"max_updates": 2},
+    )
+    stack = make_stack(cfg, "vlm", False, runs_root=tmp_path)
+    try:
+        stack.start()
+        stack.watch(period_s=1.0)
+        client = redis.Redis.from_url(stack.redis_url)
+        keys = RunKeys(stack.run_id)
+        assert int(client.get(keys.version("player"))) == 2
+        adapters = stack.run_dir / "adapters" / "player"
+        assert sorted(p.name for p in adapters.iterdir()) == ["v0", "v1", "v2"]
+        # Only the language model is adapted.
+        config = json.loads((adapters / "v2" / "adapter_config.json").read_text())
+        assert all("text_model" in name for name in config["target_modules"])
+        rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["update"] for r in rows] == [1, 2]
+        assert rows[-1]["agents"]["player"]["turns"] >= 8
+        # Every LLM turn saw one board image, expanded to its 4 placeholder tokens in the ids
+        # vLLM returned; bot turns have none. Episodes were scored (the reward service replays
+        # the moves).
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-random-vlm"))
+        image_token = tokenizer.convert_tokens_to_ids("<image>")
+        records = [EpisodeRecord.model_validate_json(fields[b"record"])
+                   for _, fields in client.xrange(keys.stream)]
+        llm_turns = [t for r in records for t in r.turns if t.is_llm]
+        assert llm_turns and all(len(t.images) == 1 for t in llm_turns)
+        assert all(t.prompt_token_ids.count(image_token) == 4 for t in llm_turns)
+        assert all(not t.images for r in records for t in r.turns if not t.is_llm)
+        assert all(r.results and "player" in r.rewards for r in records)
+        assert len({t.images[0] for t in llm_turns}) > 1  # different positions, pictures
+    finally:
+        stack.stop()

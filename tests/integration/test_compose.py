@@ -35,6 +35,7 @@ from agora.stack.deployment import SERVICES_ENV
 from tests.deploy_checks import (
     CONFIGS,
     DEFAULT_CONFIG,
+    MODEL_SWITCHED,
     ROOT,
     build_app,
     check_policy_server,
@@ -60,7 +61,10 @@ SECOND_POLICY = {"gpu": "two-base", "cpu": "two-base-cpu"}
 TWO_BASE_CONFIG = "maporl_two_base.yaml"
 # One GPU each (docs/architecture.md "Scale"); the cpu profile runs the same services without.
 GPU_SERVICES = {"policy", "policy-2", "judge-model", "reward", "trainer"}
-RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
+# The shipped run configs the default deployment serves as it is (MODEL_SWITCHED: another
+# model in the policy server).
+RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})
+               and p.name not in MODEL_SWITCHED]
 
 
 def compose_binary() -> str:
@@ -317,6 +321,22 @@ def test_vllm_servers_serve_every_run_config(projects, profile, monkeypatch):
     assert settings.api_key == key
     for name in ("gateway", "rollout", "trainer"):
         assert hosts[name]["environment"]["AGORA_VLLM_API_KEY"] == key, name
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("config", sorted(MODEL_SWITCHED))
+def test_model_variables_make_the_policy_server_serve_the_other_configs(profile, config,
+                                                                         monkeypatch):
+    """configs/tictactoe_vlm.yaml needs a VLM in the policy server: with the variables
+    docs/vlm.md gives, compose's `models` step builds it and the server serves the config."""
+    variables = MODEL_SWITCHED[config]
+    services = render_profile(profile, env=variables)["services"]
+    hosts = by_host(services)
+    monkeypatch.setenv(SERVICES_ENV, hosts["trainer"]["environment"][SERVICES_ENV])
+    [(host, served_models)] = policy_servers([ROOT / "configs" / config]).items()
+    check_policy_server(hosts[host]["command"], served_models)
+    names = services["models"]["command"][-1].split()
+    assert all(model.model in names for _, model in served_models)
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -24,6 +24,7 @@ from agora.ops.metrics import ROLLOUT_QUEUE_DEPTH, WORKER_METRICS_PORT_ENV
 from agora.stack.deployment import SERVICES_ENV
 from tests.deploy_checks import (
     CONFIGS,
+    MODEL_SWITCHED,
     ROOT,
     build_app,
     check_policy_server,
@@ -43,7 +44,10 @@ GPU_WORKLOADS = {"policy", "policy-2", "judge-model", "reward", "trainer"}
 # k8s/overlays/<variant> (base: k8s/base); the two-base ones add a second policy server.
 VARIANTS = ("base", "gpu", "two-base", "gpu-two-base", "gvisor")
 GPU_VARIANTS = {"gpu", "gpu-two-base"}
-RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})]
+# The shipped run configs the default deployment serves as it is (MODEL_SWITCHED: another
+# model in the policy server).
+RUN_CONFIGS = [p for p in CONFIGS if "agents" in (yaml.safe_load(p.read_text()) or {})
+               and p.name not in MODEL_SWITCHED]
 SECRET_VALUE = "secret-for-tests"
 
 

@@ -19,7 +19,7 @@ from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config.agents import AgentConfig, SamplingConfig
 from agora.config.training import PPOConfig
 from agora.serving.client import PolicyAdmin, PolicyClient, PolicyServerError
-from tests.stack_helpers import FP32
+from tests.stack_helpers import FP32, randomize_lora_b
 
 LOGPROB_ATOL = 2e-3
 MESSAGES = [
@@ -35,11 +35,7 @@ def perturbed_learner(tiny_model: str, seed: int, layers: list[int] | None = Non
                         sampling=SamplingConfig(temperature=temperature))
     learner = PPOLearner(tiny_model, agent, ppo or PPOConfig(), seed=seed,
                          compute=FP32)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in learner.model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.2)
+    randomize_lora_b(learner.model, seed)
     return learner
 
 
