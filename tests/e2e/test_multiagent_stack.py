@@ -106,6 +106,8 @@ def test_vision_language_agent_trains_on_board_images_through_the_stack(tmp_path
                  "lora_targets": ["q_proj", "v_proj"],
                  "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}],
         environment={"observation": "image"}, trainer={"max_updates": 2},
+        # GRPO (critic-free, groups of two games of one seed); test_vlm.py covers GAE + KL.
+        ppo={"advantage": "grpo", "group_size": 2, "batch_turns": 8, "minibatch_turns": 8},
     )
     stack = make_stack(cfg, "vlm", False, runs_root=tmp_path)
     try:

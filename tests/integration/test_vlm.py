@@ -230,3 +230,29 @@ def test_gateway_episode_shows_the_board_as_an_image_to_a_vlm_agent_and_the_user
                           "task": {"question": "What is 2 + 3?"}, "observation": "image"})
     assert text_only_env.status_code == 422
     assert "shown as text only" in text_only_env.text
+
+
+def test_eval_of_a_vlm_run_plays_from_images(vlm_server, tmp_path, monkeypatch):
+    """`agora eval` builds the run's env as training did: every agent turn sends the board as
+    an image (counted on the way to vLLM by wrapping the client's generate)."""
+    from agora.serving import client as client_module
+    from tests.integration.test_eval_cli import agora_eval, make_run, read_eval
+    from tests.stack_helpers import tiny_config
+
+    cfg = tiny_config(name="vlm-eval", models={"tiny": {"model": TINY_VLM, "max_model_len": 1024}},
+                      environment={"observation": "image"})
+    learner = vlm_learner(seed=9)
+    run_dir = make_run(tmp_path, cfg, learner, versions=2)
+    sent: list[int] = []
+    generate = client_module.PolicyClient.generate
+
+    async def counting(self, messages, prefill="", choices=None):
+        sent.append(len(image_urls(messages)))
+        return await generate(self, messages, prefill, choices)
+
+    monkeypatch.setattr(client_module.PolicyClient, "generate", counting)
+    code, out = agora_eval(run_dir, "--games", 2, "--snapshots", 2, "--policy-url", vlm_server)
+    assert code == 0, out
+    games = read_eval(run_dir / "eval")[0]["sections"]["games"]
+    assert games["evaluated"] == "player@v1"
+    assert sent and set(sent) == {1}
