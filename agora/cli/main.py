@@ -29,6 +29,7 @@ from agora.cli.verifier import verifier_app
 from agora.config.base import ConfigError
 from agora.config.run import RunConfig, load_config
 from agora.gateway.keys import KeyStore
+from agora.ops.service_key import SERVICE_KEY_ENV, service_key
 from agora.rollout.stream import RunKeys
 from agora.serving.auth import API_KEY_ENV, vllm_api_key
 from agora.stack.launcher import LaunchError, Stack, make_stack
@@ -152,6 +153,9 @@ def access_lines(stack: Stack) -> list[str]:
                      "(--scope admin for runs), or agora up --open")
     if not vllm_api_key():
         lines.append(f"policy servers' key: export {API_KEY_ENV}={stack.vllm_api_key}")
+    if not service_key():
+        lines.append(f"reward and judge services' key: export {SERVICE_KEY_ENV}="
+                     f"{stack.service_key}")
     return lines
 
 
@@ -319,6 +323,7 @@ def demo(
         console.print(f"[bold red]cannot start[/]: {err}")
         raise typer.Exit(2) from None
     os.environ[API_KEY_ENV] = stack.vllm_api_key  # this process evaluates on its policy servers
+    os.environ[SERVICE_KEY_ENV] = stack.service_key  # ... and the stack's judge and reward
     wall = time.monotonic()
     keep = ("redis", "gateway", *(f"policy-{k}" for k in cfg.models))
     run_stack(stack, keep_serving=keep)
@@ -400,6 +405,7 @@ def compare(
             console.print(f"[bold red]cannot start[/]: {err}")
             raise typer.Exit(2) from None
         os.environ[API_KEY_ENV] = stack.vllm_api_key  # the arm is evaluated on its servers
+        os.environ[SERVICE_KEY_ENV] = stack.service_key
         if discussion:  # evaluated on the arm's own servers, in the arm's own format
             run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
             try:

@@ -46,6 +46,7 @@ from agora.envs.research import stated_facts
 from agora.envs.story import StoryWriting, story_judge_request
 from agora.envs.support import support_metrics, support_scores
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
+from agora.ops.service_key import service_headers
 from agora.rewards.verifiers.code import CodeVerdict
 from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.seating import build_env
@@ -74,7 +75,8 @@ def post_json(url: str, body: dict, unavailable: type[RuntimeError], what: str,
             reraise=True,
         ):
             with attempt:
-                resp = httpx.post(url, json=body, timeout=timeout_s)
+                resp = httpx.post(url, json=body, timeout=timeout_s,
+                                  headers=service_headers())
                 if resp.status_code >= 500:
                     raise _ServerError(f"HTTP {resp.status_code}: {resp.text[:300]}")
     except (*RETRYABLE, _ServerError) as err:

@@ -38,6 +38,7 @@ from agora.ops.metrics import (
     ROLLOUT_FAILURES,
     ROLLOUT_RETRIES,
 )
+from agora.ops.service_key import service_headers
 from agora.rewards.discussion import discussion_rewards
 from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.runner import run_episode
@@ -147,7 +148,7 @@ def verify(cfg: RunConfig, body: dict) -> dict:
             reraise=True,
         ):
             with attempt:
-                resp = httpx.post(url, json=body, timeout=60)
+                resp = httpx.post(url, json=body, timeout=60, headers=service_headers())
     except RETRYABLE as err:
         raise RewardUnavailable(f"reward service unreachable at {url}: {err}") from err
     resp.raise_for_status()

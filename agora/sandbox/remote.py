@@ -23,6 +23,7 @@ from dataclasses import asdict
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from agora.ops.service_key import service_headers
 from agora.sandbox.runner import SandboxLimits, SandboxResult, SandboxStatus, run_python
 
 ENV_VAR = "AGORA_SANDBOX_URL"
@@ -80,7 +81,8 @@ def run_remote(base_url: str, code: str, *, limits: SandboxLimits, stdin: str = 
                                 wait=wait_exponential(multiplier=0.5, max=5),
                                 stop=stop_after_delay(30), reraise=True):
             with attempt:
-                resp = httpx.post(url, json=body, timeout=limits.wall_seconds + 60.0)
+                resp = httpx.post(url, json=body, timeout=limits.wall_seconds + 60.0,
+                                  headers=service_headers())
     except _RETRYABLE as err:
         raise SandboxUnavailable(f"sandbox unreachable at {url}: {err}") from err
     if resp.status_code >= 500:

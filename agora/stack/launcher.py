@@ -29,6 +29,7 @@ import yaml
 
 from agora.config.run import RunConfig
 from agora.judge.settings import service_env as judge_service_env
+from agora.ops.service_key import SERVICE_KEY_ENV, service_key
 from agora.rollout.stream import RunKeys
 from agora.serving.auth import API_KEY_ENV, vllm_api_key
 from agora.serving.model_folders import resolve_model
@@ -99,6 +100,9 @@ class Stack:
     # The policy servers' API key (agora/serving/auth.py): fresh per stack unless the
     # environment brings one; every service gets it in AGORA_VLLM_API_KEY.
     vllm_api_key: str = field(default_factory=lambda: vllm_api_key() or secrets.token_urlsafe(24))
+    # The reward and judge services' key (agora/ops/service_key.py), made the same way; every
+    # service gets it in AGORA_SERVICE_KEY.
+    service_key: str = field(default_factory=lambda: service_key() or secrets.token_urlsafe(24))
 
     @property
     def config_path(self) -> Path:
@@ -110,7 +114,7 @@ class Stack:
                "AGORA_CONFIG": str(self.config_path),
                "AGORA_RUN_DIR": str(self.run_dir),  # the gateway serves its adapters, metrics
                "AGORA_VISIBILITY_TIMEOUT": str(self.cfg.workers.visibility_timeout),
-               API_KEY_ENV: self.vllm_api_key,
+               API_KEY_ENV: self.vllm_api_key, SERVICE_KEY_ENV: self.service_key,
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(extra_env or {})}
         return Service(name=name, command=[sys.executable, *args],
                        log_path=self.run_dir / "logs" / f"{name}.log", env=env, cwd=str(ROOT),

@@ -27,6 +27,7 @@ from agora.judge.rubric_backend import RubricBackend
 from agora.judge.schemas import PairwiseRequest, PairwiseResponse, ScoreRequest, ScoreResponse
 from agora.judge.settings import JudgeSettings
 from agora.ops.http import BodyLimit, add_validation_handler, app_on_first_access, instrument
+from agora.ops.service_key import guard
 
 MAX_BODY_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0
@@ -72,6 +73,7 @@ def create_app(
 
     app = FastAPI(title="agora judge service", version="0.1.0", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    guard(app)  # the service key on /v1 (agora/ops/service_key.py), before any body is read
     instrument(app, "judge")  # added after BodyLimit, so it is outermost and sees the 413s too
     add_error_handlers(app)
 

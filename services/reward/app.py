@@ -22,6 +22,7 @@ from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from agora.ops.http import add_validation_handler, app_on_first_access, instrument
+from agora.ops.service_key import guard
 from agora.rewards.schemas import (
     AnyVerifyRequest,
     CodeVerifyResponse,
@@ -53,6 +54,7 @@ def create_app(settings: RewardSettings | None = None) -> FastAPI:
         yield
 
     app = FastAPI(title="agora reward service", version="0.3.0", lifespan=lifespan)
+    guard(app)  # the service key on /v1 (agora/ops/service_key.py): the sandbox is behind it
     instrument(app, "reward")
     add_validation_handler(app)
 

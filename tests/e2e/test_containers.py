@@ -69,7 +69,8 @@ def reward_container(*flags: str) -> Iterator[str]:
     name = f"agora-test-reward-{free_port()}"
     port = free_port()
     podman("run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8201",
-           "-e", "AGORA_REDIS_URL=redis://:not-for-model-code@redis:6390/0", *flags, REWARD)
+           "-e", "AGORA_REDIS_URL=redis://:not-for-model-code@redis:6390/0",
+           "-e", f"AGORA_SERVICE_KEY={SERVICE_KEY}", *flags, REWARD)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -94,8 +95,13 @@ def compose_reward_flags() -> list[str]:
     return flags + ([f"--user={reward['user']}"] if "user" in reward else [])
 
 
-def run_probe(url: str) -> httpx.Response:
-    return httpx.post(url + "/v1/sandbox/run", json={"code": PROBE}, timeout=60)
+SERVICE_KEY = secrets.token_hex(16)  # what compose gives the reward service (AGORA_SERVICE_KEY)
+KEYED = {"authorization": f"Bearer {SERVICE_KEY}"}
+
+
+def run_probe(url: str, headers: dict[str, str] = KEYED) -> httpx.Response:
+    return httpx.post(url + "/v1/sandbox/run", json={"code": PROBE}, timeout=60,
+                      headers=headers)
 
 
 def test_reward_container_with_compose_settings_runs_model_code_fully_isolated(images):
@@ -103,6 +109,7 @@ def test_reward_container_with_compose_settings_runs_model_code_fully_isolated(i
     assert "--cap-add=SYS_ADMIN" in flags  # what the sandbox's namespaces need as root
     with reward_container(*flags) as url:
         assert httpx.get(url + "/health", timeout=5).json() == {"status": "ok"}
+        assert run_probe(url, headers={}).status_code == 401  # only agora's services run code
         resp = run_probe(url)
         assert resp.status_code == 200, resp.text
         result = resp.json()
@@ -127,7 +134,7 @@ def test_reward_container_that_cannot_isolate_refuses_instead_of_scoring_zero(im
         assert resp.status_code == 503 and "the code was not run" in resp.json()["detail"]
         verdict = httpx.post(url + "/v1/verify", json={
             "kind": "code", "code": "def f():\n    return 1\n",
-            "tests": "assert f() == 1"}, timeout=30)
+            "tests": "assert f() == 1"}, timeout=30, headers=KEYED)
         assert verdict.status_code == 503, verdict.text  # never a silent 0
 
 
@@ -155,6 +162,7 @@ def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(image
            "AGORA_MODELS": "smollm2-135m", "AGORA_GATEWAY_PORT": gateway.rsplit(":", 1)[1],
            "AGORA_REDIS_PASSWORD": secrets.token_hex(24),
            "AGORA_VLLM_API_KEY": secrets.token_hex(24),
+           "AGORA_SERVICE_KEY": secrets.token_hex(24),
            "AGORA_GATEWAY_KEY_PEPPER": secrets.token_hex(32),
            "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(8)}
     container = f"{project}-{{}}-1".format

@@ -233,9 +233,11 @@ def has_data(result: list[dict]) -> bool:
     return any(math.isfinite(float(series["value"][1])) for series in result)
 
 
-def send_traffic(cfg, wave: int) -> None:
+def send_traffic(cfg, wave: int, service_key: str) -> None:
     """What the embedded tic-tac-toe run does not do by itself: users asking the gateway, a
-    client of the judge (each pairwise twice: a miss, then a cache hit), and bad requests."""
+    client of the judge (each pairwise twice: a miss, then a cache hit), and bad requests. The
+    judge and reward want the stack's service key, as the workers send it."""
+    keyed = {"authorization": f"Bearer {service_key}"}
     host = cfg.services.host
     gateway = f"http://{host}:{cfg.services.gateway_port}"
     judge = f"http://{host}:{cfg.services.judge_port}"
@@ -248,12 +250,13 @@ def send_traffic(cfg, wave: int) -> None:
     pair = {"context": f"Name a prime ({wave}).", "a": f"{7 + wave} is prime.", "b": "",
             "rubric": "helpfulness"}
     for cached in (False, True):
-        resp = httpx.post(judge + "/v1/judge/pairwise", json=pair, timeout=30)
+        resp = httpx.post(judge + "/v1/judge/pairwise", json=pair, timeout=30, headers=keyed)
         assert resp.status_code == 200 and resp.json()["cached"] is cached
     score = {"context": "Say hi.", "response": f"Hello there ({wave})!", "rubric": "helpfulness"}
-    assert httpx.post(judge + "/v1/judge/score", json=score, timeout=30).status_code == 200
-    assert httpx.post(judge + "/v1/judge/score", json={}, timeout=10).status_code == 422
-    assert httpx.post(reward + "/v1/verify", json={"env": 3}, timeout=10).status_code == 422
+    for url, body, status in ((judge + "/v1/judge/score", score, 200),
+                              (judge + "/v1/judge/score", {}, 422),
+                              (reward + "/v1/verify", {"env": 3}, 422)):
+        assert httpx.post(url, json=body, timeout=30, headers=keyed).status_code == status
 
 
 def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_tiny):
@@ -280,9 +283,9 @@ def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_
         assert stack.failed() is None, tail(stack.failed().log_path, 40)
         # Two waves a few scrapes apart: a series born in the first wave has grown by the
         # second, so rates and quantiles over it are numbers, not NaN.
-        send_traffic(cfg, 1)
+        send_traffic(cfg, 1, stack.service_key)
         time.sleep(3)
-        send_traffic(cfg, 2)
+        send_traffic(cfg, 2, stack.service_key)
 
         # The template variable's values (Grafana's label_values) feed the per-agent queries.
         agents = httpx.get(prom_url + "/api/v1/label/agent/values", timeout=10,

@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from agora.cli.main import access_lines
 from agora.gateway.keys import KeyStore
+from agora.ops.service_key import SERVICE_KEY_ENV
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.stream import RunKeys
 from agora.serving.auth import API_KEY_ENV
@@ -70,7 +71,8 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         for pid in pids:
             with contextlib.suppress(psutil.Error):
                 cmdline = " ".join(psutil.Process(pid).cmdline())
-                assert password not in cmdline and stack.vllm_api_key not in cmdline, pid
+                for secret in (password, stack.vllm_api_key, stack.service_key):
+                    assert secret not in cmdline, pid
         # vLLM wants the stack's key on /v1 (no one else may load or swap adapters); the
         # trainer, workers and gateway all sent it, or nothing above would have worked.
         policy = f"http://127.0.0.1:{cfg.models['tiny'].port}"
@@ -83,6 +85,21 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         exported = printed[1].removeprefix(f"policy servers' key: export {API_KEY_ENV}=")
         assert httpx.get(policy + "/v1/models", headers={
             "authorization": f"Bearer {exported}"}).status_code == 200
+        # The reward and judge services want the stack's service key on /v1 (the sandbox runs
+        # code for whoever reaches it); the workers sent it, or no episode would be scored.
+        # Health stays open for probes. With the key a bad body gets past the guard: 422.
+        service = printed[2].removeprefix(f"reward and judge services' key: export "
+                                          f"{SERVICE_KEY_ENV}=")
+        assert service == stack.service_key
+        for port, route in ((cfg.services.reward_port, "/v1/sandbox/run"),
+                            (cfg.services.judge_port, "/v1/judge/score")):
+            url = f"http://127.0.0.1:{port}"
+            assert httpx.get(url + "/health").status_code == 200
+            assert httpx.post(url + route, json={}).status_code == 401
+            wrong = {"authorization": "Bearer not-the-key"}
+            assert httpx.post(url + route, json={}, headers=wrong).status_code == 401
+            right = {"authorization": f"Bearer {service}"}
+            assert httpx.post(url + route, json={}, headers=right).status_code == 422
         # Three updates -> version 3 live in Redis, three adapters beside v0, a checkpoint.
         assert int(client.get(keys.version("player"))) == 3
         for v in range(4):
@@ -146,7 +163,7 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         assert httpx.get(judge + "/health").json()["cache"] == "ok"
         verdict = httpx.post(judge + "/v1/judge/pairwise", timeout=30, json={
             "context": "Name a prime.", "a": "7 is a prime number.", "b": "",
-            "rubric": "helpfulness"}).json()
+            "rubric": "helpfulness"}, headers={"authorization": f"Bearer {service}"}).json()
         assert verdict["winner"] == "a"
         # The trainer exported its per-agent metrics, and kept the final values up after its
         # last update long enough for a scrape (services.trainer_final_scrape_s).

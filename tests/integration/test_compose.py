@@ -53,7 +53,8 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 SECRETS = {"AGORA_GATEWAY_KEY_PEPPER": "pepper-for-tests",
            "GRAFANA_ADMIN_PASSWORD": "grafana-for-tests",
            "AGORA_REDIS_PASSWORD": "redis-password-for-tests",
-           "AGORA_VLLM_API_KEY": "vllm-key-for-tests"}
+           "AGORA_VLLM_API_KEY": "vllm-key-for-tests",
+           "AGORA_SERVICE_KEY": "service-key-for-tests"}
 PROFILES = ("gpu", "cpu")
 # The second base's policy server of each profile (configs/maporl_two_base.yaml), rendered
 # with it: every check below covers it too.
@@ -321,6 +322,9 @@ def test_vllm_servers_serve_every_run_config(projects, profile, monkeypatch):
     assert settings.api_key == key
     for name in ("gateway", "rollout", "trainer"):
         assert hosts[name]["environment"]["AGORA_VLLM_API_KEY"] == key, name
+    # The reward and judge services want the service key; their clients (the workers) have it.
+    for name in ("reward", "judge", "rollout", "trainer"):
+        assert hosts[name]["environment"]["AGORA_SERVICE_KEY"] == SECRETS["AGORA_SERVICE_KEY"]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

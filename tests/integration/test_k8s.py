@@ -286,6 +286,10 @@ def test_vllm_servers_and_the_judge(built, monkeypatch):
     for name in ("gateway", "rollout", "trainer", "judge"):
         (container,) = workload(resources, name)["containers"]
         assert container_env(resources, container)["AGORA_VLLM_API_KEY"] == SECRET_VALUE, name
+    # The reward and judge services want the service key; the workers and trainer send it.
+    for name in ("reward", "judge", "rollout", "trainer"):
+        (container,) = workload(resources, name)["containers"]
+        assert container_env(resources, container)["AGORA_SERVICE_KEY"] == SECRET_VALUE, name
 
 
 def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
