@@ -58,8 +58,8 @@ def served(cfg: RunConfig) -> dict[str, Served]:
 
 
 # Run configs the deployments serve only with another model in the policy server: compose takes
-# these variables (tests/integration/test_compose.py checks they make it serve the config);
-# k8s has no overlay for them yet (docs/vlm.md).
+# these variables (tests/integration/test_compose.py checks they make it serve the config), k8s
+# the overlay k8s/overlays/vlm (tests/integration/test_k8s.py).
 MODEL_SWITCHED = {"tictactoe_vlm.yaml": {"AGORA_POLICY_MODEL": "tiny-random-vlm",
                                          "AGORA_MODELS": "tiny-random-vlm"}}
 

@@ -42,7 +42,7 @@ K8S = ROOT / "k8s"
 KUBERNETES_VERSION = "1.31.0"
 GPU_WORKLOADS = {"policy", "policy-2", "judge-model", "reward", "trainer"}
 # k8s/overlays/<variant> (base: k8s/base); the two-base ones add a second policy server.
-VARIANTS = ("base", "gpu", "two-base", "gpu-two-base", "gvisor")
+VARIANTS = ("base", "gpu", "two-base", "gpu-two-base", "gvisor", "vlm")
 GPU_VARIANTS = {"gpu", "gpu-two-base"}
 # The shipped run configs the default deployment serves as it is (MODEL_SWITCHED: another
 # model in the policy server).
@@ -290,6 +290,25 @@ def test_vllm_servers_and_the_judge(built, monkeypatch):
     for name in ("reward", "judge", "rollout", "trainer"):
         (container,) = workload(resources, name)["containers"]
         assert container_env(resources, container)["AGORA_SERVICE_KEY"] == SECRET_VALUE, name
+
+
+def test_vlm_overlay_serves_the_vlm_config(built, monkeypatch):
+    """k8s/overlays/vlm: its run is configs/tictactoe_vlm.yaml, its policy pod builds the VLM
+    and serves it with the flags the embedded stack uses (MODEL_SWITCHED's config)."""
+    resources = built["vlm"]
+    [config] = MODEL_SWITCHED
+    assert config_map(resources, "agora-run-config")["data"]["run.yaml"] == (
+        ROOT / "configs" / config).read_text()
+    monkeypatch.setenv(SERVICES_ENV, config_map(resources, "agora-env")["data"][SERVICES_ENV])
+    [(host, models)] = policy_servers([ROOT / "configs" / config]).items()
+    pod = workload(resources, host)
+    (vllm,) = pod["containers"]
+    check_policy_server(vllm["args"], models)
+    (init,) = pod["initContainers"]
+    assert all(model.model in init["command"][-1].split() for _, model in models)
+    # Everything else is the base's: the same workloads, the same security settings.
+    assert {r["metadata"]["name"] for r in resources if r["kind"] == "Deployment"} == {
+        r["metadata"]["name"] for r in built["base"] if r["kind"] == "Deployment"}
 
 
 def test_gpu_overlay_asks_for_gpus_and_the_cuda_image(built):
