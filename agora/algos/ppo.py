@@ -134,10 +134,11 @@ def language_model_targets(model: nn.Module, names: list[str],
     return found
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def decoded_image(url: str):
     """A data URL's image, decoded once per update's worth of turns (PPO epochs and the
-    reference forward see the same images again)."""
+    reference forward see the same images again). 256: a batch's turns with room to spare, at
+    ~30-100 kB of pixels each for the boards drawn here."""
     return decode_data_url(url)
 
 
