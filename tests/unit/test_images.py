@@ -143,3 +143,15 @@ def test_text_of_shows_image_parts_as_placeholders():
     shown = text_of(env.observation(0)[1]["content"])
     assert shown.startswith("Board:[image]\nFree cells: [0]") and "data:" not in shown
     assert text_of("plain") == "plain"
+
+
+def test_vlm_learner_refuses_what_it_does_not_do_yet():
+    from agora.algos.ppo import PPOLearner
+    from agora.config.agents import AgentConfig
+    from agora.config.training import PPOConfig
+    from agora.serving.model_folders import TINY_VLM, resolve_model
+    from tests.stack_helpers import FP32
+
+    full = AgentConfig(name="viewer", base="vlm", finetune="full")
+    with pytest.raises(ValueError, match="agents.viewer.finetune: 'full' is not supported"):
+        PPOLearner(resolve_model(TINY_VLM), full, PPOConfig(), compute=FP32)
