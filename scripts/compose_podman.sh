@@ -16,6 +16,17 @@ SOCKET="${AGORA_PODMAN_SOCKET:-/run/podman/podman.sock}"
 export DOCKER_HOST="unix://$SOCKET"
 COMPOSE="${COMPOSE:-.venv/bin/docker-compose}"
 
+# A service this script started for another checkout runs with that checkout's containers.conf
+# (runtime, ulimits); once that file is gone every container start fails ("write child: broken
+# pipe", seen after a CI clone was deleted). Such a service is replaced.
+for pid in $(pgrep -f "podman system service --time=0 $DOCKER_HOST" || true); do
+    theirs=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^CONTAINERS_CONF=//p')
+    if [ "$theirs" != "$CONTAINERS_CONF" ]; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    fi
+done
+
 if ! curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1; then
     mkdir -p "$(dirname "$SOCKET")"
     nohup podman system service --time=0 "$DOCKER_HOST" >/dev/null 2>&1 &
