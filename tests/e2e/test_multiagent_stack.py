@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import redis
 from transformers import AutoTokenizer
 
@@ -97,31 +96,19 @@ def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tm
     assert processes_of_run("multi") == []
 
 
-VLM_RUNS = {
-    # GRPO (critic-free, groups of two games of one seed); test_vlm.py covers GAE + KL.
-    "tictactoe": ({"observation": "image"},
-                  {"advantage": "grpo", "group_size": 2, "batch_turns": 8, "minibatch_turns": 8},
-                  {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}),
-    # Legal moves only (as configs/hanabi_selfplay.yaml), the critic, the scripted partner.
-    "hanabi": ({"name": "hanabi", "observation": "image", "seats": ["player", "player"],
-                "opponents": {"self": 0.5, "hanabi_simple": 0.5}},
-               {"batch_turns": 8, "minibatch_turns": 8},
-               {"temperature": 1.0, "max_tokens": 24, "stop": ["\n"],
-                "legal_actions_only": True}),
-}
-
-
-@pytest.mark.parametrize("env", sorted(VLM_RUNS))
-def test_vision_language_agent_trains_on_board_images_through_the_stack(tmp_path, env):
-    # configs/tictactoe_vlm.yaml's setting on the tiny random Idefics3 (and Hanabi's): the
-    # workers send the board as an image to vLLM's chat route, the trainer learns from the
-    # same images and hot-swaps the adapter of the VLM's language model.
-    environment, ppo, sampling = VLM_RUNS[env]
+def test_vision_language_agent_trains_on_board_images_through_the_stack(tmp_path):
+    # configs/tictactoe_vlm.yaml's setting on the tiny random Idefics3: the workers send the
+    # board as an image to vLLM's chat route, the trainer learns from the same images and
+    # hot-swaps the adapter of the VLM's language model. (Hanabi's pictures, legal-only, are
+    # scored against vLLM in tests/integration/test_vlm.py; the stack path is the same.)
     cfg = tiny_config(
         models={"tiny": {"model": "tiny-random-vlm", "max_model_len": 1024}},
         agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
-                 "lora_targets": ["q_proj", "v_proj"], "sampling": sampling}],
-        environment=environment, trainer={"max_updates": 2}, ppo=ppo,
+                 "lora_targets": ["q_proj", "v_proj"],
+                 "sampling": {"temperature": 1.0, "max_tokens": 4, "stop": ["]"]}}],
+        environment={"observation": "image"}, trainer={"max_updates": 2},
+        # GRPO (critic-free, groups of two games of one seed); test_vlm.py covers GAE + KL.
+        ppo={"advantage": "grpo", "group_size": 2, "batch_turns": 8, "minibatch_turns": 8},
     )
     stack = make_stack(cfg, "vlm", False, runs_root=tmp_path)
     try:

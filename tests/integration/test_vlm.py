@@ -15,6 +15,7 @@ import torch
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.config.agents import AgentConfig, BaseModelConfig, SamplingConfig
 from agora.config.training import PPOConfig
+from agora.envs.hanabi import Hanabi
 from agora.envs.images import grid_image, image_urls, png_data_url
 from agora.envs.tictactoe import TicTacToe
 from agora.serving.client import PolicyAdmin, PolicyClient
@@ -43,7 +44,7 @@ def vlm_server(logs_dir) -> Iterator[str]:
 def vlm_learner(seed: int, ppo: PPOConfig | None = None) -> PPOLearner:
     agent = AgentConfig(name="viewer", base="vlm", lora_rank=8, lora_alpha=16,
                         lora_targets=["q_proj", "v_proj"],
-                        sampling=SamplingConfig(temperature=TEMPERATURE, max_tokens=6,
+                        sampling=SamplingConfig(temperature=TEMPERATURE, max_tokens=16,
                                                 stop=[]))
     learner = PPOLearner(resolve_model(TINY_VLM), agent, ppo or PPOConfig(), seed=seed,
                          compute=FP32)
@@ -51,9 +52,10 @@ def vlm_learner(seed: int, ppo: PPOConfig | None = None) -> PPOLearner:
     return learner
 
 
-def board_views(count: int) -> list[tuple[list[dict], list[str] | None]]:
+def board_views(count: int, hanabi: int = 0) -> list[tuple[list[dict], list[str] | None]]:
     """Image observations of different positions; every other one restricted to the legal
-    moves (vLLM's structured outputs), as ``sampling.legal_actions_only`` does."""
+    moves (vLLM's structured outputs), as ``sampling.legal_actions_only`` does; then
+    ``hanabi`` Hanabi tables (legal moves only, as configs/hanabi_selfplay.yaml plays)."""
     env = TicTacToe(observation="image")
     views = []
     for game in range(count):
@@ -62,6 +64,12 @@ def board_views(count: int) -> list[tuple[list[dict], list[str] | None]]:
             env.step(f"[{cell}]")
         choices = [a[1:] for a in env.legal_actions()] if game % 2 else None
         views.append((env.observation(env.current_seat), choices))
+    table = Hanabi(num_players=2, observation="image")
+    for game in range(hanabi):
+        table.reset(game)
+        table.step(table.legal_actions()[game])  # a move in, so hands and hints differ
+        views.append((table.observation(table.current_seat),
+                      [a[1:] for a in table.legal_actions()]))
     return views
 
 
@@ -78,12 +86,12 @@ def play(client: PolicyClient, views) -> list[TurnSample]:
 
 def test_learner_scores_what_vllm_sampled_from_the_image_and_the_first_ratio_is_1(
         vlm_server, tmp_path):
-    ppo = PPOConfig(batch_turns=6, minibatch_turns=6, epochs=1, kl_coef=0.02)
+    ppo = PPOConfig(batch_turns=8, minibatch_turns=8, epochs=1, kl_coef=0.02)
     learner = vlm_learner(seed=3, ppo=ppo)
     admin = PolicyAdmin(vlm_server)
     admin.load_adapter("viewer", str(learner.save_adapter(tmp_path / "viewer")))
     client = PolicyClient(vlm_server, "viewer", learner.tokenizer, learner.agent.sampling)
-    samples = play(client, board_views(6))
+    samples = play(client, board_views(6, hanabi=2))
     image_token = learner.tokenizer.convert_tokens_to_ids("<image>")
     for sample in samples:
         # vLLM expanded the image to its placeholder tokens in the ids it returned.
