@@ -18,7 +18,8 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from agora.config.base import StrictModel
 from agora.data.specs import TaskSpec
-from agora.envs.registry import ENV_NAMES, GAME_BOTS_ALL, REGISTRY, SPECS, spec
+from agora.envs.images import ObservationMode
+from agora.envs.registry import DRAWN_ENVS, ENV_NAMES, GAME_BOTS_ALL, REGISTRY, spec
 from agora.envs.spec import EnvSpec
 
 DEFAULT_ENV = "tictactoe"
@@ -76,7 +77,7 @@ class EnvironmentConfig(StrictModel):
     # What each seat sees of the state (docs/vlm.md): text, image (a picture of the board in
     # place of its text drawing) or both. Image views need vision-language agents and an env
     # that draws itself (tictactoe, hanabi).
-    observation: Literal["text", "image", "both"] = "text"
+    observation: ObservationMode = "text"
 
     @field_validator("seats")
     @classmethod
@@ -105,9 +106,8 @@ class EnvironmentConfig(StrictModel):
         if env.check is not None:
             env.check(self)
         if self.observation != "text" and not env.images:
-            drawn = [s.name for s in SPECS if s.images]
             raise ValueError(f"observation: {self.name} is shown as text only; envs that draw "
-                             f"themselves as images: {drawn}")
+                             f"themselves as images: {list(DRAWN_ENVS)}")
         if env.bots and set(self.opponents) - {"self", "pool", *env.bots}:
             raise ValueError(f"opponents: {self.name}'s bots are {list(env.bots)}")
         if not env.bots and set(self.opponents) - {"self", "pool"}:

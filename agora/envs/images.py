@@ -58,13 +58,18 @@ def has_images(messages: list[dict[str, Any]]) -> bool:
     return bool(image_urls(messages))
 
 
+def data_url_payload(url: object) -> str:
+    """The base64 text of an image data URL; ValueError for anything else (a URL to fetch)."""
+    if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+        raise ValueError("an image must be a base64 data URL (data:image/...;base64,...)")
+    return url.split(";base64,", 1)[1]
+
+
 def decode_data_url(url: str):
     """A data URL's image as RGB Pillow image (what the learner's processor takes)."""
     from PIL import Image
 
-    if not url.startswith("data:image/") or ";base64," not in url:
-        raise ValueError("an image must be a base64 data URL (data:image/...;base64,...)")
-    raw = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+    raw = base64.b64decode(data_url_payload(url), validate=True)
     return Image.open(io.BytesIO(raw)).convert("RGB")
 
 

@@ -87,5 +87,6 @@ GAME_BOTS: dict[str, tuple[str, ...]] = {s.name: tuple(s.bots) for s in SPECS if
 GAME_BOTS_ALL: tuple[str, ...] = tuple(b for bots in GAME_BOTS.values() for b in bots)
 COOPERATIVE_GAMES: tuple[str, ...] = tuple(s.name for s in SPECS if s.cooperative)
 CONTEXT_ENVS: tuple[str, ...] = tuple(s.name for s in SPECS if s.context_seats)
+DRAWN_ENVS: tuple[str, ...] = tuple(s.name for s in SPECS if s.images)  # observation: image
 ENV_VERIFIERS: dict[str, tuple[str, ...]] = {s.name: s.verifiers for s in SPECS}
 ENV_METRICS: dict[str, dict[str, str]] = {s.name: s.metrics for s in SPECS if s.metrics}

@@ -37,7 +37,8 @@ from redis.exceptions import LockError
 from agora.config.agents import SamplingConfig
 from agora.config.run import RunConfig
 from agora.envs.base import TurnBasedEnv, legal_completions
-from agora.envs.registry import GAME_BOTS, REGISTRY, SPECS, make_bot, make_env
+from agora.envs.images import ObservationMode
+from agora.envs.registry import DRAWN_ENVS, GAME_BOTS, REGISTRY, SPECS, make_bot, make_env
 from agora.gateway.errors import GatewayError, validation_error
 from agora.gateway.proxy import parse_json_object, post_json
 from agora.gateway.schemas import ModelRouter, Route
@@ -75,7 +76,7 @@ class EpisodeCreate(BaseModel):
     rounds: int = Field(2, ge=1, le=10, description="discussion rounds")
     temperature: float | None = Field(None, ge=0.0, le=5.0,
                                       description="override the agents' sampling temperature")
-    observation: Literal["text", "image", "both"] = Field(
+    observation: ObservationMode = Field(
         "text", description="what every seat sees: the board as text, as an image part (for "
         "vision-language agents; docs/vlm.md) or both")
 
@@ -95,7 +96,7 @@ class EpisodeCreate(BaseModel):
             raise ValueError(f"seats: {self.env} has {size} seats, got {len(self.seats)}")
         if self.observation != "text" and not REGISTRY[self.env].images:
             raise ValueError(f"observation: {self.env} is shown as text only; envs drawn as "
-                             f"images: {[s.name for s in SPECS if s.images]}")
+                             f"images: {list(DRAWN_ENVS)}")
         if USER not in self.seats:
             raise ValueError(f"seats: at least one seat must be '{USER}' (you)")
         bots = GAME_BOTS.get(self.env, ())

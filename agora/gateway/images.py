@@ -17,6 +17,7 @@ import base64
 import binascii
 import io
 
+from agora.envs.images import data_url_payload
 from agora.gateway.errors import GatewayError
 
 ALLOWED_PARTS = ("text", "image_url")
@@ -42,12 +43,12 @@ def image_parts(messages: list) -> list[tuple[str, object]]:
 
 
 def check_image(where: str, image_url: object, max_bytes: int, max_side: int) -> None:
-    url = image_url.get("url") if isinstance(image_url, dict) else None
-    if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+    try:
+        encoded = data_url_payload(image_url.get("url") if isinstance(image_url, dict) else None)
+    except ValueError:
         raise GatewayError(422, f"{where}: send images as base64 data URLs "
                            "(data:image/png;base64,...); the policy servers fetch no URLs",
-                           "invalid_image", param=where)
-    encoded = url.split(";base64,", 1)[1]
+                           "invalid_image", param=where) from None
     if len(encoded) * 3 // 4 > max_bytes:  # refused before decoding anything
         raise GatewayError(413, f"{where}: image of about {len(encoded) * 3 // 4} bytes; the "
                            f"limit is {max_bytes}", "image_too_large", param=where)
