@@ -1,9 +1,12 @@
 """Discussions (math, NLI): pass@k and majority vote over k sampled discussions per task.
 
 For every held-out task (the config's test split) the discussion runs ``k`` times with the
-agents' own sampling settings. Each answer is checked in-process by the reward service's own
-verifiers (math-verify / reasoning-gym's scorer, the NLI label parser), and its *final answer*
-(the extracted number or expression, or the label) is kept for the vote. Per round r (turn 1 =
+agents' own sampling settings. Each written answer is checked in-process by the reward
+service's own verifiers (math-verify / reasoning-gym's scorer, the NLI label parser); an answer
+given as a program (``environment.answer: program | either``) is sent to the evaluation's reward
+service, whose sandbox runs it as in training (this process never runs model-written code). Its
+*final answer* (the extracted number or expression, the program's printed line, or the label) is
+kept for the vote. Per round r (turn 1 =
 everyone answering alone, last turn = after reading the others) and seat s, with c of the k
 answers right:
 
@@ -32,10 +35,10 @@ from agora.data import Task
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.evaluation.context import EvalContext
 from agora.evaluation.stats import majority_vote, pass_at_k, rate
-from agora.rewards.verifiers.math import extract_final_answer
+from agora.rewards.verifiers.math import MathVerdict, extract_final_answer, verify_math
 from agora.rewards.verifiers.nli import verify_nli
-from agora.rewards.verifiers.program import AnswerMode, last_program, verify_answer
-from agora.sandbox.runner import SandboxLimits
+from agora.rewards.verifiers.program import AnswerMode, last_program
+from agora.rollout.scoring import RewardUnavailable, post_json
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,14 @@ class Answer:
 
 
 def check_answer(text: str, task: Task, memo: dict | None = None,
-                 answer_mode: AnswerMode = "text") -> Answer:
+                 answer_mode: AnswerMode = "text", reward_url: str | None = None) -> Answer:
     """The verifier's verdict and the final answer. A math verdict depends on the extracted
     answer alone (``verify_math`` extracts first, then compares), so ``memo`` keeps it per
     (task, extracted answer): k samples repeat answers often, and each math-verify call costs
     ~0.15 s of a worker process on this CPU. With program answers (``environment.answer``)
-    the program runs in the sandbox, as the reward service runs it in training; its printed
-    line is the final answer, and the verdict is kept per (task, program)."""
+    the program goes to the reward service at ``reward_url`` and runs in its sandbox, as in
+    training; its printed line is the final answer, and the verdict is kept per (task,
+    program)."""
     if task.kind == "nli":
         verdict = verify_nli(text, task)
         return Answer(verdict.correct, verdict.predicted)
@@ -65,11 +69,29 @@ def check_answer(text: str, task: Task, memo: dict | None = None,
                                                                extract_final_answer(text))
     if memo is not None and key in memo:
         return memo[key]
-    math, run = verify_answer(text, task, answer_mode, SandboxLimits())
-    answer = Answer(math.correct, run.printed if run else math.extracted)
+    if program is not None:
+        answer = program_answer(text, task, answer_mode, reward_url)
+    else:
+        math = (MathVerdict(correct=False, method="program") if answer_mode == "program"
+                else verify_math(text, task))
+        answer = Answer(math.correct, math.extracted)
     if memo is not None:
         memo[key] = answer
     return answer
+
+
+def program_answer(text: str, task: Task, answer_mode: AnswerMode,
+                   reward_url: str | None) -> Answer:
+    """The reward service's verdict on an answer that holds a program (run in its sandbox)."""
+    if reward_url is None:
+        raise ValueError("a program answer runs only in a reward service's sandbox, and this "
+                         "evaluation has none (environment.answer: " + answer_mode + ")")
+    body = {"kind": "math", "task": task.ref().model_dump(mode="json"), "responses": [text],
+            "answer": answer_mode}
+    result = post_json(reward_url.rstrip("/") + "/v1/verify", body, RewardUnavailable,
+                       "reward service", timeout_s=120.0)["results"][0]
+    final = result["printed"] if result["program"] is not None else result["extracted"]
+    return Answer(bool(result["correct"]), final)
 
 
 async def sample_discussions(ctx: EvalContext, served: dict[str, str], tasks: list[Task],
@@ -80,6 +102,7 @@ async def sample_discussions(ctx: EvalContext, served: dict[str, str], tasks: li
     seats = list(ctx.cfg.environment.seats)
     rounds = ctx.cfg.environment.rounds
     answer_mode = ctx.cfg.environment.answer
+    reward_url = ctx.cfg.service_url("reward") if answer_mode != "text" else None
     memo: dict = {}
     advance = ctx.start_phase(f"{label}: {len(tasks)} tasks x {k}", len(tasks) * k)
 
@@ -91,7 +114,7 @@ async def sample_discussions(ctx: EvalContext, served: dict[str, str], tasks: li
         grid: list[list[Answer]] = [[] for _ in range(rounds)]
         for index, turn in enumerate(record.turns):
             grid[index // len(seats)].append(await asyncio.to_thread(
-                check_answer, turn.text, task, memo, answer_mode))
+                check_answer, turn.text, task, memo, answer_mode, reward_url))
         advance()
         return grid
 

@@ -93,7 +93,10 @@ class EvalServices:
         judge_model = cfg.judge.model if cfg.judge.backend == "llm" else None
         if need_judge and judge_model and not cfg.judge.base_url and judge_model not in bases:
             bases.append(judge_model)  # an LLM judge on a policy server of the run
-        return cls(cfg, bases, need_judge, spec.sandboxed, given, logs_dir, port_base)
+        # Model-written code (a sandboxed env's tools, program answers) runs only in a reward
+        # service's sandbox, never in the evaluating process.
+        need_reward = spec.sandboxed or cfg.environment.answer != "text"
+        return cls(cfg, bases, need_judge, need_reward, given, logs_dir, port_base)
 
     def _port(self) -> int:
         """A free port: any (the OS picks), or the first free one from ``port_base`` on."""

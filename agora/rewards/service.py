@@ -70,6 +70,7 @@ class RewardService:
         # else why it cannot run code, for /health and every code request's 503.
         self.sandbox_problem: str | None = None
         self.sandbox_level: str | None = None
+        self.sandbox_run_limits: str | None = None
 
     def probe_sandbox(self) -> None:
         """Run a one-line program under the required isolation: a sandbox that cannot isolate
@@ -77,6 +78,10 @@ class RewardService:
         wanted = self.settings.sandbox_isolation
         result = run_python("print('ok')", limits=self.isolated(SandboxLimits(wall_seconds=30)))
         self.sandbox_level = result.level
+        # Whether a run's processes share one memory and task limit (a cgroup per run) or only
+        # each has its own: operators read it on /health.
+        self.sandbox_run_limits = next((note for note in result.isolation if "cgroup" in note),
+                                       None)
         if result.ok and result.stdout.strip() == "ok":
             self.sandbox_problem = None
         else:

@@ -144,7 +144,9 @@ class SandboxLimits:
     """Resource limits and isolation knobs. Small defaults: verifier snippets need little.
 
     The wall clock includes interpreter start-up (0.1-0.5 s on a busy 2-core machine). CPU,
-    memory and file limits are per process, so a run may use up to max_processes times them.
+    memory and file limits are per process; where the host gives the service a cgroup, the
+    run's processes together also get ``run_memory_mb`` and ``max_processes`` (cgroup.py),
+    else a run may use up to max_processes times the per-process memory.
     """
 
     cpu_seconds: int = 5
@@ -165,6 +167,10 @@ class SandboxLimits:
     user_namespaces: bool = True
     hidden_paths: tuple[str, ...] = DEFAULT_HIDDEN_PATHS
     hide_non_system_dirs: bool = True  # also hide every top-level dir outside SYSTEM_TOP_LEVEL_DIRS
+    # Memory of all the run's processes together, in a cgroup per run where the host has one
+    # (None: twice memory_mb, i.e. two processes at their limit); run_cgroup=False: no cgroup.
+    run_memory_mb: int | None = None
+    run_cgroup: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -179,6 +185,8 @@ class SandboxLimits:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive")
+        if self.run_memory_mb is not None and self.run_memory_mb <= 0:
+            raise ValueError("SandboxLimits.run_memory_mb must be positive")
         if self.min_isolation not in ISOLATION_LEVELS:
             raise ValueError(f"SandboxLimits.min_isolation must be one of {ISOLATION_LEVELS}, "
                              f"not {self.min_isolation!r}")
@@ -202,6 +210,11 @@ class SandboxResult:
     @property
     def ok(self) -> bool:
         return self.status is SandboxStatus.OK
+
+
+def run_memory_mb(limits: SandboxLimits) -> int:
+    """The memory of a whole run (its cgroup's limit)."""
+    return limits.run_memory_mb or 2 * limits.memory_mb
 
 
 def run_python(
@@ -359,6 +372,24 @@ class _Capped:
 
 
 def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> SandboxResult:
+    # Parent side only: the supervisor (this file as a script) imports nothing of agora.
+    from agora.sandbox.cgroup import RunCgroup, create_run_cgroup
+
+    cgroup: RunCgroup | None = None
+    cgroup_note = "no cgroup per run (SandboxLimits.run_cgroup off): limits are per process only"
+    if limits.run_cgroup:
+        # +1 task: the supervisor joins the cgroup too (it forks the run from inside it).
+        cgroup, cgroup_note = create_run_cgroup(run_memory_mb(limits), limits.max_processes + 1)
+    try:
+        return _run_in(workdir, stdin, limits, started, cgroup,
+                       cgroup.note() if cgroup else cgroup_note)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _run_in(workdir: str, stdin: str, limits: SandboxLimits, started: float,
+            cgroup: Any, cgroup_note: str) -> SandboxResult:
     interp = _interpreter()
     privileged = os.geteuid() == 0
     uid = _pick_uid() if privileged else None
@@ -395,6 +426,8 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
         "require_net": limits.require_network_isolation,
         "min_level": limits.min_isolation,
         "userns": limits.user_namespaces,
+        "cgroup_procs": cgroup.procs_files() if cgroup is not None else [],
+        "cgroup_note": cgroup_note,
     }
     with tempfile.TemporaryFile() as stdin_file:
         # A file, not a pipe: a child that never reads stdin cannot stall the parent.
@@ -426,7 +459,7 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
         os.close(status_w)
         os.close(life_r)
         try:
-            return _supervise(proc, status_r, limits, uid, started)
+            return _supervise(proc, status_r, limits, uid, started, cgroup)
         finally:
             os.close(life_w)
 
@@ -437,6 +470,7 @@ def _supervise(
     limits: SandboxLimits,
     uid: int | None,
     started: float,
+    cgroup: Any = None,
 ) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     out, err = _Capped(limits.max_output_bytes), _Capped(limits.max_output_bytes)
@@ -509,6 +543,7 @@ def _supervise(
         uid,
         proc.returncode,
         time.monotonic() - started,
+        cgroup.oom_kills() if cgroup is not None else 0,
     )
 
 
@@ -550,6 +585,7 @@ def _classify(
     uid: int | None,
     supervisor_rc: int | None,
     duration: float,
+    oom_kills: int = 0,
 ) -> SandboxResult:
     exit_event = events.get("exit")
     exit_code: int | None = None
@@ -577,6 +613,11 @@ def _classify(
     elif exit_code is None:
         status = SandboxStatus.SANDBOX_ERROR
         reason = f"sandbox supervisor ended without a report (exit code {supervisor_rc})"
+    elif oom_kills and exit_code != 0:
+        # The run's cgroup hit its memory limit: the kernel stopped a process inside it.
+        status = SandboxStatus.MEMORY_LIMIT
+        reason = (f"memory limit of the run ({run_memory_mb(limits)} MB over all its processes)"
+                  f" hit: the kernel stopped {oom_kills} process(es)")
     elif exit_code == -signal.SIGXCPU or (
         # The sandboxed process is a PID-namespace init, which ignores SIGXCPU, so the CPU limit
         # arrives as SIGKILL. Nothing else of ours sends it, but the kernel's RLIMIT_CPU clock
@@ -1078,10 +1119,16 @@ def _supervisor_main(config_json: str) -> NoReturn:
 
     os.umask(0o022)
     try:
+        # Into the run's cgroup first (the host's view, before any namespace): the sandboxed
+        # process is forked from here, so it is inside from its first instruction.
+        for procs in cfg.get("cgroup_procs", ()):
+            with open(procs, "w") as fh:
+                fh.write(str(os.getpid()))
         notes, pid_ns, net_isolated, level = _isolate(cfg)
     except Exception as exc:  # fail closed: never run the code half-isolated
         report(event="error", reason=f"sandbox set-up failed: {exc}")
         os._exit(_SETUP_FAILED)
+    notes.append(str(cfg.get("cgroup_note", "")))
     report(event="isolation", notes=notes, level=level)
     wanted = cfg.get("min_level", "full")
     if ISOLATION_LEVELS.index(level) > ISOLATION_LEVELS.index(wanted):

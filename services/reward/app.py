@@ -69,7 +69,8 @@ def create_app(settings: RewardSettings | None = None) -> FastAPI:
         if service.sandbox_problem is not None:
             return JSONResponse(status_code=503, content={"status": "unhealthy",
                                                           "detail": service.sandbox_problem})
-        return {"status": "ok"}
+        return {"status": "ok", **({"sandbox_run_limits": service.sandbox_run_limits}
+                                   if service.sandbox_run_limits else {})}
 
     @app.post("/v1/sandbox/run", response_model=SandboxRunResponse)
     def sandbox_run(req: SandboxRunRequest) -> SandboxRunResponse:

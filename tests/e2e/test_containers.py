@@ -108,7 +108,11 @@ def test_reward_container_with_compose_settings_runs_model_code_fully_isolated(i
     flags = compose_reward_flags()
     assert "--cap-add=SYS_ADMIN" in flags  # what the sandbox's namespaces need as root
     with reward_container(*flags) as url:
-        assert httpx.get(url + "/health", timeout=5).json() == {"status": "ok"}
+        health = httpx.get(url + "/health", timeout=5).json()
+        assert health["status"] == "ok", health
+        # a cgroup per run where the container's cgroup file system is writable, else per
+        # process limits; either way the service says which
+        assert health["sandbox_run_limits"].startswith(("cgroup v", "no cgroup per run")), health
         assert run_probe(url, headers={}).status_code == 401  # only agora's services run code
         resp = run_probe(url)
         assert resp.status_code == 200, resp.text

@@ -99,16 +99,46 @@ def test_the_config_refuses_program_answers_outside_math_discussions():
                                               "answer": "either"}), "<test>")
 
 
-def test_evaluation_checks_program_answers_like_training_and_votes_on_the_printed_line():
+def test_evaluation_checks_program_answers_in_the_reward_service_and_votes_on_the_printed_line(
+        reward_url, monkeypatch):
     from agora.data import Task
+    from agora.evaluation import discussion
     from agora.evaluation.discussion import check_answer
 
+    # The evaluating process never runs model code: any local sandbox run fails this test.
+    def no_local_runs(*_args, **_kwargs):
+        raise AssertionError("a program ran in the evaluating process")
+
+    monkeypatch.setattr("agora.sandbox.runner.run_python", no_local_runs)
+    monkeypatch.setattr("agora.rewards.verifiers.program.run_untrusted", no_local_runs)
     task = Task(task_id="t", kind="math", question="What is 12 * 37?", answer="444")
     memo: dict = {}
-    right = check_answer(block("print(12 * 37)"), task, memo, "either")
+    right = check_answer(block("print(12 * 37)"), task, memo, "either", reward_url)
     assert right.correct and right.final == "444"
-    assert check_answer(block("print(12 * 37)"), task, memo, "either") is right  # memo
+    assert check_answer(block("print(12 * 37)"), task, memo, "either", reward_url) is right
     assert len(memo) == 1
+    wrong = check_answer(block("print(12 * 36)"), task, memo, "program", reward_url)
+    assert not wrong.correct and wrong.final == "432"
+    crashed = check_answer(block("raise SystemExit(3)"), task, memo, "program", reward_url)
+    assert not crashed.correct and crashed.final is None  # abstains from the vote
     assert not check_answer(block("print(12 * 37)"), task, memo, "text").correct  # no answer
-    written = check_answer("Answer: 444", task, memo, "either")
+    written = check_answer("Answer: 444", task, memo, "either")  # no program: no service needed
     assert written.correct and written.final == "444"
+    with pytest.raises(ValueError, match="runs only in a reward service's sandbox"):
+        discussion.check_answer(block("print(1)"), task, None, "program", None)
+
+
+def test_an_evaluation_of_program_answers_starts_a_reward_service(tmp_path):
+    from agora.evaluation.serving import EvalServices, GivenUrls
+    from tests.stack_helpers import tiny_config
+
+    def services(answer: str) -> EvalServices:
+        cfg = tiny_config(environment={
+            "name": "discussion", "seats": ["player", "player"], "answer": answer,
+            "prefill": "", "opponents": {"self": 1.0},
+            "task": {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 8}},
+            reward={"verifier": "math"})
+        return EvalServices.for_env(cfg, ["player"], GivenUrls(None, None, None), tmp_path)
+
+    assert services("either").need_reward and services("program").need_reward
+    assert not services("text").need_reward

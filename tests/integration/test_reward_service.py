@@ -32,7 +32,10 @@ def verdict(url: str, actions: list[str], **extra) -> dict:
 def test_health(reward_url):
     resp = httpx.get(f"{reward_url}/health", timeout=10)
     assert resp.status_code == 200
-    assert resp.json() == {"status": "ok"}
+    body = resp.json()
+    assert body.keys() == {"status", "sandbox_run_limits"} and body["status"] == "ok"
+    # Whether a run's processes share one limit (a cgroup per run) or each has its own.
+    assert body["sandbox_run_limits"].startswith(("cgroup v", "no cgroup per run")), body
 
 
 def test_seat_0_win_rewards_every_move_of_each_seat(reward_url):

@@ -2,7 +2,7 @@
 
 The reward service runs the sandbox as root in our images, but the same code must hold where
 it is not root (a locked-down pod, a laptop). The development and CI machines are root, so the
-unprivileged runs drop to ``nobody`` for real: a small probe (the stdlib-only runner module
+unprivileged runs drop to ``nobody`` for real: a small probe (the stdlib-only sandbox modules
 copied beside it, run by an interpreter that ``nobody`` may execute) calls ``run_python`` and
 prints the result as JSON. Each attack runs under three profiles:
 
@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import agora.sandbox.runner as runner_module
+from agora.sandbox.cgroup import create_run_cgroup
 from agora.sandbox.runner import SandboxLimits, run_python
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to nobody needs root")
@@ -45,7 +46,7 @@ LIMITS = {"wall_seconds": 20.0, "cpu_seconds": 5, "memory_mb": 256, "max_process
 PROBE = """
 import json, sys
 from dataclasses import asdict
-from sandbox_runner import SandboxLimits, run_python
+from agora.sandbox.runner import SandboxLimits, run_python
 request = json.loads(sys.stdin.read())
 result = run_python(request["code"], limits=SandboxLimits(**request["limits"]))
 print(json.dumps(asdict(result)))
@@ -70,11 +71,16 @@ def _interpreter_nobody_can_run() -> str:
 @pytest.fixture(scope="module")
 def probe_dir() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="agora-probe-"))
-    folder.chmod(0o755)
-    shutil.copy(runner_module.__file__, folder / "sandbox_runner.py")
+    package = folder / "agora" / "sandbox"
+    package.mkdir(parents=True)
+    (folder / "agora" / "__init__.py").write_text("")
+    # The sandbox package alone (stdlib only), as a pod without the rest of agora would hold it.
+    shutil.copytree(Path(runner_module.__file__).parent, package, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "probe.py").write_text(PROBE)
-    for path in folder.iterdir():
-        path.chmod(0o644)
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -359,3 +365,66 @@ def test_a_killed_service_takes_its_sandboxed_run_with_it(probe_dir, interpreter
     finally:
         caller.kill()
         target.close()
+
+
+def test_a_runs_processes_share_one_memory_limit_where_the_host_gives_a_cgroup(attack):
+    """Six processes of 100 MB each stay under their own 160 MB limit; together they pass the
+    run's 256 MB. As root the run's cgroup stops them (the kernel's OOM killer, inside the run
+    only); as nobody no cgroup can be made here, and the run says its limits are per process."""
+    code = """
+import json, os, time
+pids = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(100 * 1024 * 1024)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(2)
+        os._exit(0)
+    pids.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+print(json.dumps({"codes": codes}))
+raise SystemExit(1 if any(codes) else 0)
+"""
+    result = attack(code, memory_mb=160, run_memory_mb=256, wall_seconds=40.0)
+    if attack.profile == "nobody-no-userns":
+        _outcome(attack, result)
+        return
+    notes = " | ".join(result["isolation"])
+    if attack.profile == "root":
+        _skip_without_cgroups()
+        assert "per run: memory 256 MB and 17 tasks" in notes, notes
+        assert result["status"] == "memory_limit", result
+        assert "memory limit of the run (256 MB" in result["reason"]
+        codes = json.loads(result["stdout"].strip().splitlines()[-1])["codes"]
+        assert -signal.SIGKILL in codes and 0 in codes, codes  # stopped inside, some finished
+    else:
+        assert "no cgroup per run" in notes, notes
+        assert result["status"] == "ok", result
+        assert json.loads(result["stdout"])["codes"] == [0] * 6
+
+
+def _skip_without_cgroups() -> None:
+    cgroup, why = create_run_cgroup(64, 4)
+    if cgroup is None:
+        pytest.skip(f"this host gives root no writable memory+pids cgroup: {why}")
+    assert cgroup.remove()
+
+
+def test_run_cgroups_are_removed_after_each_run():
+    cgroup, why = create_run_cgroup(64, 4)
+    if cgroup is None:
+        pytest.skip(f"this host gives root no writable memory+pids cgroup: {why}")
+    assert (cgroup.memory_dir / "memory.limit_in_bytes").read_text().strip() == str(64 << 20) \
+        if cgroup.version == 1 else (cgroup.memory_dir / "memory.max").read_text().strip() == \
+        str(64 << 20)
+    assert (cgroup.pids_dir / "pids.max").read_text().strip() == "4"
+    assert cgroup.remove()
+    assert not any(d.exists() for d in cgroup.dirs)
+    result = run_python("import os\nos.fork() or os.fork()\nprint('ok')",
+                        limits=SandboxLimits(**LIMITS))
+    assert result.ok, result
+    leftover = [d for d in cgroup.dirs[0].parent.glob("run-*")] if cgroup.dirs[0].parent.exists() \
+        else []
+    assert leftover == []
