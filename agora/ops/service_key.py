@@ -35,23 +35,30 @@ def service_headers() -> dict[str, str]:
 
 
 class RequireServiceKey:
-    """Pure ASGI: a ``/v1`` request without ``Authorization: Bearer <key>`` gets 401 before any
-    route, body parsing or validation runs (compared in constant time)."""
+    """Pure ASGI: a guarded request (``/v1``) without ``Authorization: Bearer <key>`` gets 401
+    before any route, body parsing or validation runs (compared in constant time). ``key``
+    None lets everything through (a server started without one)."""
 
-    def __init__(self, app: ASGIApp, key: str) -> None:
+    key_env = SERVICE_KEY_ENV  # named in the 401, for whoever has to fix the caller
+
+    def __init__(self, app: ASGIApp, key: str | None) -> None:
         self.app = app
-        self.expected = f"Bearer {key}".encode()
+        self.expected = f"Bearer {key}".encode() if key else None
+
+    def guarded(self, path: str) -> bool:
+        return path.startswith(GUARDED_PREFIX)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
+        if (scope["type"] != "http" or self.expected is None
+                or not self.guarded(scope["path"])):
             await self.app(scope, receive, send)
             return
         given = dict(scope.get("headers") or []).get(b"authorization", b"")
         if hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"detail": f"missing or wrong service key (Authorization: Bearer "
-                                     f"${SERVICE_KEY_ENV})"}).encode()
+        body = json.dumps({"detail": f"missing or wrong key (Authorization: Bearer "
+                                     f"${self.key_env})"}).encode()
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"www-authenticate", b"Bearer")]})

@@ -23,7 +23,9 @@ def vllm_command(model_path: str, cfg: BaseModelConfig, host: str,
     """``lora=False``: a full-weight agent's server, serving ``model_path`` (the run's copy of
     its weights) as ``served_name`` (the agent), reloaded in place (``vllm_env(dev=True)``)."""
     lora_flags = ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank),
-                  "--max-loras", str(cfg.max_loras)] if lora else []
+                  "--max-loras", str(cfg.max_loras)] if lora else [
+        # development mode (vllm_env(dev=True)): its endpoints want the key too (serving/auth)
+        "--middleware", "agora.serving.auth.RequireKeyOffV1"]
     return [
         sys.executable,
         "-m",

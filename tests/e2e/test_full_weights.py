@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 import redis
 import torch
@@ -56,6 +57,15 @@ def test_full_weight_agent_trains_and_vllm_serves_each_new_version(tmp_path, tin
         checkpoint = stack.run_dir / "checkpoints" / "ckpt-000002" / "player" / "weights"
         torch.testing.assert_close(load_file(str(checkpoint / "model.safetensors"))[
             "model.layers.0.mlp.up_proj.weight"], served["model.layers.0.mlp.up_proj.weight"])
+
+        # Development mode's endpoints want the run's key like /v1 (agora's --middleware);
+        # the trainer's reloads above sent it.
+        server = cfg.policy_url("player")
+        assert httpx.post(server + "/collective_rpc", json={"method": "reload_weights"},
+                          timeout=30).status_code == 401
+        assert httpx.post(server + "/reset_prefix_cache", timeout=30,
+                          headers={"authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(server + "/health", timeout=30).status_code == 200
 
         # vLLM answers as the learner's final model, not the base it started from.
         agent = cfg.agent("player")

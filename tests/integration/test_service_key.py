@@ -67,3 +67,42 @@ def test_agoras_clients_send_the_key_from_their_environment(keyed, monkeypatch):
     monkeypatch.delenv(SERVICE_KEY_ENV)
     with pytest.raises(ValueError, match="401"):
         run_remote(keyed["reward"], "print(1)", limits=SandboxLimits())
+
+
+def test_a_full_weight_vllm_server_wants_the_key_off_v1_too(monkeypatch):
+    """vLLM's own key covers /v1 only; in development mode (full-weight agents) its
+    /collective_rpc runs any worker method. agora's ``--middleware`` (what vllm_command adds for
+    such a server) wants the key on every route but the probes."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from agora.serving.auth import RequireKeyOffV1
+    from agora.serving.vllm_server import vllm_command
+    from tests.stack_helpers import tiny_config
+
+    def ok(_request):
+        return PlainTextResponse("ok")
+
+    routes = [Route(path, ok, methods=["GET", "POST"])
+              for path in ("/collective_rpc", "/reset_prefix_cache", "/sleep", "/health",
+                           "/metrics", "/v1/models")]
+    model = tiny_config().models["tiny"]
+    full = vllm_command("/model", model, "127.0.0.1", lora=False)
+    assert full[full.index("--middleware") + 1] == "agora.serving.auth.RequireKeyOffV1"
+    assert "--middleware" not in vllm_command("/model", model, "127.0.0.1")  # LoRA: vLLM's key
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    app = Starlette(routes=routes)
+    app.add_middleware(RequireKeyOffV1)  # as vLLM adds a --middleware class: no arguments
+    client = TestClient(app)
+    for path in ("/collective_rpc", "/reset_prefix_cache", "/sleep", "/v1/models"):
+        refused = client.post(path, headers={"authorization": "Bearer wrong"})
+        assert refused.status_code == 401 and "AGORA_VLLM_API_KEY" in refused.text
+        assert client.post(path).status_code == 401
+        assert client.post(path, headers={"authorization": f"Bearer {KEY}"}).text == "ok"
+    assert client.get("/health").text == client.get("/metrics").text == "ok"
+    monkeypatch.delenv("VLLM_API_KEY")
+    open_app = Starlette(routes=routes)
+    open_app.add_middleware(RequireKeyOffV1)
+    assert TestClient(open_app).post("/collective_rpc").text == "ok"  # no key: as vLLM, open
