@@ -9,8 +9,10 @@
 #   localhost/agora-base          services/base.Dockerfile FROM the stand-in
 #   localhost/agora-<service>     services/<service>/Dockerfile FROM agora-base, for each
 #                                 service named in $AGORA_IMAGES (default: reward; `all`: every
-#                                 image of compose's cpu profile but Prometheus and Grafana)
+#                                 image of compose's cpu profile but Grafana, which Debian
+#                                 does not package)
 #   redis                         localhost/redis:7-debian (scripts/images/redis.Dockerfile)
+#   prometheus                    localhost/prometheus:debian (scripts/images/prometheus.Dockerfile)
 #   policy                        localhost/vllm-openai-cpu:v0.32.0 (scripts/images/
 #                                 vllm-cpu.Dockerfile), then agora-policy:cpu and
 #                                 agora-judge-model:cpu FROM it
@@ -25,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/scripts/containers.conf}"
 IMAGES="${AGORA_IMAGES:-reward}"
-[ "$IMAGES" = all ] && IMAGES="redis policy reward judge gateway rollout trainer"
+[ "$IMAGES" = all ] && IMAGES="redis prometheus policy reward judge gateway rollout trainer"
 
 missing=()
 for tool in podman runc debootstrap; do
@@ -78,6 +80,9 @@ for image in $IMAGES; do
     case "$image" in
         redis)
             build -f scripts/images/redis.Dockerfile -t localhost/redis:7-debian scripts/images ;;
+        prometheus)
+            build -f scripts/images/prometheus.Dockerfile -t localhost/prometheus:debian \
+                scripts/images ;;
         policy)
             build -f scripts/images/vllm-cpu.Dockerfile -t localhost/vllm-openai-cpu:v0.32.0 \
                 "${torch[@]}" "${host_pip[@]}" .

@@ -12,10 +12,12 @@ than score every program 0.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ from openai import OpenAI
 
 from agora.stack.procs import free_port
 from tests.conftest import ROOT
+from tests.monitoring_checks import instant, panels_without_data
 
 ENGINE = shutil.which("podman")
 pytestmark = [pytest.mark.containers, pytest.mark.skipif(
@@ -50,10 +53,29 @@ print("app", os.listdir("/app") if os.path.isdir("/app") else None)
 """
 
 
-def podman(*args: str, check: bool = True, timeout: float = 120
+def podman(*args: str, check: bool = True, timeout: float = 120, input: str | None = None
            ) -> subprocess.CompletedProcess:
     return subprocess.run([ENGINE or "podman", *args], env=ENV, capture_output=True, text=True,
-                          timeout=timeout, check=check)
+                          timeout=timeout, check=check, input=input)
+
+
+def wait_until(check, timeout_s: float, what: str, why=lambda: "") -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} {why()}")
+
+
+# tests/monitoring_checks.py's traffic, run by the gateway container's Python (agora and httpx
+# are there; the judge and reward are reachable by their compose names only from inside).
+TRAFFIC = (ROOT / "tests" / "monitoring_checks.py").read_text().replace("{", "{{").replace(
+    "}", "}}") + """
+import os
+send_traffic("http://127.0.0.1:8200", "http://judge:8203", "http://reward:8201", {wave},
+             os.environ["AGORA_SERVICE_KEY"], "{key}")
+"""
 
 
 @pytest.fixture(scope="module")
@@ -153,27 +175,75 @@ def compose(project: str, env: dict[str, str], *args: str, timeout: float
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.timeout(2400)
-def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(images):
-    """`docker compose --profile cpu up` for real: Redis, the models step, both vLLM servers,
-    reward, judge, gateway, a rollout worker and the trainer, each waited on by its health
-    check; three PPO updates of compose_smoke.yaml with each new adapter hot-swapped into the
-    policy container; an answer through the gateway; `down` leaves nothing behind."""
+def compose_run(config: str, run_id: str) -> tuple[str, dict[str, str], str]:
+    """A fresh compose project for ``configs/<config>``: its name, environment (local images,
+    fresh secrets, a free gateway port) and the gateway's URL."""
     project = f"agora-e2e-{free_port()}"
     gateway = f"http://127.0.0.1:{free_port()}"
     env = {**ENV, **LOCAL_IMAGES, "COMPOSE_PROFILES": "cpu",
-           "AGORA_RUN_CONFIG": "compose_smoke.yaml", "AGORA_RUN_ID": "smoke",
+           "AGORA_RUN_CONFIG": config, "AGORA_RUN_ID": run_id,
            "AGORA_MODELS": "smollm2-135m", "AGORA_GATEWAY_PORT": gateway.rsplit(":", 1)[1],
            "AGORA_REDIS_PASSWORD": secrets.token_hex(24),
            "AGORA_VLLM_API_KEY": secrets.token_hex(24),
            "AGORA_SERVICE_KEY": secrets.token_hex(24),
            "AGORA_GATEWAY_KEY_PEPPER": secrets.token_hex(32),
-           "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(8)}
+           "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(8),
+           "PROMETHEUS_PORT": str(free_port())}
+    return project, env, gateway
+
+
+def up_cpu_profile(project: str, env: dict[str, str], *more: str) -> None:
+    up = compose(project, env, "up", "-d", "--no-build", "--wait", "--wait-timeout", "1200",
+                 "trainer-cpu", "gateway", "rollout", *more, timeout=1500)
+    assert up.returncode == 0, up.stdout + up.stderr
+
+
+def down_leaves_nothing(project: str, env: dict[str, str]) -> None:
+    down = compose(project, env, "down", "-v", timeout=600)
+    left = podman("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}")
+    assert down.returncode == 0 and left.stdout.strip() == "", down.stderr
+
+
+@pytest.mark.timeout(2400)
+def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(images):
+    """`docker compose --profile cpu up` for real: Redis, the models step, both vLLM servers,
+    reward, judge, gateway, a rollout worker, the trainer and Prometheus, each waited on by its
+    health check; Prometheus scrapes every target by its compose DNS name and every Grafana
+    panel's query returns data; three PPO updates of compose_smoke.yaml with each new adapter
+    hot-swapped into the policy container; an answer through the gateway; `down` leaves
+    nothing behind. (Grafana itself is not run: no registry here, and Debian has no package.)"""
+    project, env, gateway = compose_run("compose_smoke.yaml", "smoke")
     container = f"{project}-{{}}-1".format
     try:
-        up = compose(project, env, "up", "-d", "--no-build", "--wait", "--wait-timeout", "1200",
-                     "trainer-cpu", "gateway", "rollout", timeout=1500)
-        assert up.returncode == 0, up.stdout + up.stderr
+        up_cpu_profile(project, env, "prometheus")
+        # A key made in the gateway's container (the OpenAI client uses it below).
+        made = podman("exec", container("gateway"), "agora", "keys", "create", "tester")
+        key = re.search(r"agora-[A-Za-z0-9_-]{20,}", made.stdout).group(0)
+
+        # Monitoring: users' traffic while the trainer runs (the judge and reward answer only
+        # inside the compose network: sent from the gateway's container), then Prometheus.
+        wait_until(lambda: "update 1:" in podman("logs", container("trainer-cpu")).stderr,
+                   900, "update 1")
+        for wave in (1, 2):
+            traffic = podman("exec", "-i", container("gateway"), "python", "-", check=False,
+                             input=TRAFFIC.format(wave=wave, key=key))
+            assert traffic.returncode == 0, traffic.stderr[-2000:]
+            time.sleep(6)  # a scrape apart: series born in wave 1 have grown by wave 2
+        prom = f"http://127.0.0.1:{env['PROMETHEUS_PORT']}"
+        empty: list[str] = []
+
+        def every_panel_has_data() -> bool:
+            empty[:] = panels_without_data(prom, ["player"])
+            return not empty
+
+        wait_until(every_panel_has_data, 120, "data for every dashboard panel",
+                   lambda: f"none for: {empty}")
+        up = {(s["metric"]["job"], s["metric"]["instance"]): s["value"][1]
+              for s in instant(prom, "up")}
+        assert {job for job, _ in up} == {"agora-trainer", "agora-rollout", "agora-reward",
+                                          "agora-judge", "agora-gateway", "vllm"}, up
+        assert set(up.values()) == {"1"}, up  # found by DNS name, scraped through the network
+
         # The trainer runs its budget (3 updates) and exits 0.
         waited = podman("wait", container("trainer-cpu"), check=False, timeout=1200)
         assert waited.stdout.strip() == "0", podman("logs", container("trainer-cpu")).stderr
@@ -188,9 +258,7 @@ def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(image
                         "headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}))))")
         assert "/runs/smoke/adapters/player/v3" in models.stdout, models.stdout
 
-        # A key made in the gateway's container, then the OpenAI client from outside.
-        made = podman("exec", container("gateway"), "agora", "keys", "create", "tester")
-        key = re.search(r"agora-[A-Za-z0-9_-]{20,}", made.stdout).group(0)
+        # The key made above, from outside through the OpenAI client.
         agents = httpx.get(gateway + "/v1/agents", timeout=30,
                            headers={"authorization": f"Bearer {key}"}).json()["data"]
         assert [(a["id"], a["version"], a["versions"]) for a in agents] == [
@@ -204,6 +272,82 @@ def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(image
                         "agora:smoke:episodes_failed")
         assert failed.stdout.strip() in ("", "0"), failed.stdout  # no episode given up on
     finally:
-        down = compose(project, env, "down", "-v", timeout=600)
-        left = podman("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}")
-        assert down.returncode == 0 and left.stdout.strip() == "", down.stderr
+        down_leaves_nothing(project, env)
+
+
+# What the run's Redis holds about its episodes, read in the gateway's container (it has the
+# run's Redis URL and password in its environment): ids appended to the stream, counters.
+EPISODE_LEDGER = """
+import json, os, redis
+from agora.rollout.stream import RunKeys
+client, keys = redis.Redis.from_url(os.environ["AGORA_REDIS_URL"]), RunKeys("faults")
+print(json.dumps({
+    "ids": [f[b"episode_id"].decode() for _, f in client.xrange(keys.stream)],
+    "reserved": int(client.get(keys.episode_index) or 0),
+    "enqueued": int(client.get(keys.episodes_enqueued) or 0),
+    "failed": int(client.get(keys.episodes_failed) or 0)}))
+"""
+
+
+def crash(name: str) -> None:
+    """SIGKILL a container's main process from the host, as a crash would (``docker stop`` or
+    ``kill`` would count as a deliberate stop, which restart policies respect)."""
+    pid = int(podman("inspect", "-f", "{{.State.Pid}}", name).stdout.strip())
+    os.kill(pid, signal.SIGKILL)
+
+
+
+
+def restarted_and_healthy(name: str) -> bool:
+    state = podman("inspect", "-f", "{{.RestartCount}} {{.State.Status}}", name,
+                   check=False).stdout.split()
+    if len(state) != 2 or int(state[0]) < 1 or state[1] != "running":
+        return False
+    # podman schedules health checks with systemd timers, absent here (compose_podman.sh runs
+    # them only while compose runs): run the container's own check.
+    return podman("healthcheck", "run", name, check=False, timeout=90).returncode == 0
+
+
+def state_of(name: str) -> str:
+    return podman("inspect", "-f", "restarts={{.RestartCount}} status={{.State.Status}} "
+                  "exit={{.State.ExitCode}} health={{.State.Health.Status}}", name,
+                  check=False).stdout.strip()
+
+
+@pytest.mark.timeout(3600)
+def test_compose_training_survives_crashed_rollout_and_policy_containers(images):
+    """Faults in containers: the rollout worker's and then the policy server's main process
+    SIGKILLed mid-run; compose's restart policy (unless-stopped) brings each back, the workers'
+    and trainer's retries carry the run over the gap, and the trainer spends its budget with
+    every enqueued episode appended once, none given up on (the embedded fault tests' checks)."""
+    project, env, _ = compose_run("compose_faults.yaml", "faults")
+    container = f"{project}-{{}}-1".format
+    trainer = container("trainer-cpu")
+
+    def trainer_reached(update: int) -> bool:
+        return f"update {update}:" in podman("logs", trainer, check=False).stderr
+
+    try:
+        up_cpu_profile(project, env)
+        wait_until(lambda: trainer_reached(2), 900, "update 2")
+        crash(container("rollout"))
+        wait_until(lambda: restarted_and_healthy(container("rollout")), 600,
+                   "the rollout container to come back", lambda: state_of(container("rollout")))
+        wait_until(lambda: trainer_reached(4), 900, "update 4 after the rollout crash")
+        crash(container("policy-cpu"))
+        wait_until(lambda: restarted_and_healthy(container("policy-cpu")), 900,
+                   "the policy container to come back", lambda: state_of(container("policy-cpu")))
+        waited = podman("wait", trainer, check=False, timeout=1800)
+        logs = podman("logs", trainer).stderr
+        assert waited.stdout.strip() == "0", logs[-3000:]
+        assert all(f"update {n}:" in logs for n in range(1, 9)), logs[-3000:]
+
+        ledger = json.loads(podman("exec", container("gateway"), "python", "-c",
+                                   EPISODE_LEDGER).stdout)
+        ids = ledger["ids"]
+        assert len(ids) == len(set(ids)), "an episode was appended twice"
+        assert sorted(ids) == [f"faults-{i:08d}" for i in range(1, ledger["reserved"] + 1)], \
+            "an enqueued episode never reached the stream"
+        assert ledger["enqueued"] == ledger["reserved"] and ledger["failed"] == 0, ledger
+    finally:
+        down_leaves_nothing(project, env)

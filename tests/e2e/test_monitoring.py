@@ -3,8 +3,6 @@ statically and against a real Prometheus scraping a running embedded stack on ti
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import shutil
 import subprocess
@@ -27,6 +25,7 @@ from agora.rollout.stream import EpisodeStream
 from agora.rollout.worker import QUEUE, TASK_NAME, make_celery
 from agora.stack.launcher import make_stack
 from agora.stack.procs import Service, free_port, http_ok, tail
+from tests.monitoring_checks import dashboards, instant, panels_without_data, send_traffic
 from tests.stack_helpers import tiny_config, wait_for
 
 ROOT = DASHBOARD_DIR.parents[2]
@@ -36,15 +35,6 @@ DASHBOARD_PROVIDERS = ROOT / "monitoring" / "grafana" / "provisioning" / "dashbo
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
                 "unless", "offset", "bool", "inf", "nan"}
-
-
-def dashboards() -> dict[str, dict]:
-    return {p.name: json.loads(p.read_text()) for p in sorted(DASHBOARD_DIR.glob("*.json"))}
-
-
-def queries(dashboard: dict) -> list[tuple[str, str]]:
-    return [(panel["title"], target["expr"]) for panel in dashboard["panels"]
-            for target in panel["targets"]]
 
 
 def metric_names(expr: str) -> set[str]:
@@ -221,44 +211,6 @@ def prometheus_service(tmp_path, config: dict) -> tuple[Service, str]:
     return svc, url
 
 
-def instant(prom: str, expr: str) -> list[dict]:
-    resp = httpx.get(prom + "/api/v1/query", params={"query": expr}, timeout=10)
-    body = resp.json()
-    assert resp.status_code == 200 and body["status"] == "success", f"{expr}: {body}"
-    return body["data"]["result"]
-
-
-def has_data(result: list[dict]) -> bool:
-    """At least one series with a finite value (NaN: a ratio or quantile over no events)."""
-    return any(math.isfinite(float(series["value"][1])) for series in result)
-
-
-def send_traffic(cfg, wave: int, service_key: str) -> None:
-    """What the embedded tic-tac-toe run does not do by itself: users asking the gateway, a
-    client of the judge (each pairwise twice: a miss, then a cache hit), and bad requests. The
-    judge and reward want the stack's service key, as the workers send it."""
-    keyed = {"authorization": f"Bearer {service_key}"}
-    host = cfg.services.host
-    gateway = f"http://{host}:{cfg.services.gateway_port}"
-    judge = f"http://{host}:{cfg.services.judge_port}"
-    reward = f"http://{host}:{cfg.services.reward_port}"
-    chat = {"model": "player", "messages": [{"role": "user", "content": "Your move?"}],
-            "max_tokens": 2}
-    assert httpx.post(gateway + "/v1/chat/completions", json=chat, timeout=60).status_code == 200
-    missing = {**chat, "model": "nobody"}
-    assert httpx.post(gateway + "/v1/chat/completions", json=missing, timeout=10).status_code == 404
-    pair = {"context": f"Name a prime ({wave}).", "a": f"{7 + wave} is prime.", "b": "",
-            "rubric": "helpfulness"}
-    for cached in (False, True):
-        resp = httpx.post(judge + "/v1/judge/pairwise", json=pair, timeout=30, headers=keyed)
-        assert resp.status_code == 200 and resp.json()["cached"] is cached
-    score = {"context": "Say hi.", "response": f"Hello there ({wave})!", "rubric": "helpfulness"}
-    for url, body, status in ((judge + "/v1/judge/score", score, 200),
-                              (judge + "/v1/judge/score", {}, 422),
-                              (reward + "/v1/verify", {"env": 3}, 422)):
-        assert httpx.post(url, json=body, timeout=30, headers=keyed).status_code == status
-
-
 def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_tiny):
     # The whole embedded stack, except that its policy server is the session's vLLM (one
     # start-up less); stopped below once the data is in, long before max_updates.
@@ -269,8 +221,6 @@ def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_
     stack = make_stack(cfg, "monitor", False, runs_root=tmp_path / "runs",
                        open_gateway=True)  # `agora up --open`: the traffic sends no key
     metrics_jsonl = stack.run_dir / "metrics.jsonl"
-    all_queries = [(f"{name} / {title}", expr)
-                   for name, dash in dashboards().items() for title, expr in queries(dash)]
     try:
         prom.start()
         prom.wait_healthy(60)
@@ -283,23 +233,23 @@ def test_every_dashboard_query_returns_data_from_a_running_stack(tmp_path, vllm_
         assert stack.failed() is None, tail(stack.failed().log_path, 40)
         # Two waves a few scrapes apart: a series born in the first wave has grown by the
         # second, so rates and quantiles over it are numbers, not NaN.
-        send_traffic(cfg, 1, stack.service_key)
+        host = cfg.services.host
+        urls = (f"http://{host}:{cfg.services.gateway_port}",
+                f"http://{host}:{cfg.services.judge_port}",
+                f"http://{host}:{cfg.services.reward_port}")
+        send_traffic(*urls, 1, stack.service_key)
         time.sleep(3)
-        send_traffic(cfg, 2, stack.service_key)
+        send_traffic(*urls, 2, stack.service_key)
 
         # The template variable's values (Grafana's label_values) feed the per-agent queries.
         agents = httpx.get(prom_url + "/api/v1/label/agent/values", timeout=10,
                            params={"match[]": "agora_trainer_policy_version"}).json()["data"]
         assert agents == ["player"]
 
-        def expand(expr: str) -> str:
-            return expr.replace("$agent", "|".join(agents)).replace("$__rate_interval", "1m")
-
         empty: list[str] = []
 
         def all_have_data() -> bool:
-            empty[:] = [where for where, expr in all_queries
-                        if not has_data(instant(prom_url, expand(expr)))]
+            empty[:] = panels_without_data(prom_url, agents)
             return not empty
 
         wait_for(all_have_data, 60, lambda: f"data for every panel; none for: {empty}",
