@@ -166,6 +166,7 @@ def test_reward_container_that_cannot_isolate_refuses_instead_of_scoring_zero(im
 
 # The stand-ins of the public images compose names (scripts/local_base_images.sh).
 LOCAL_IMAGES = {"AGORA_REDIS_IMAGE": "localhost/redis:7-debian",
+                "AGORA_PROMETHEUS_IMAGE": "localhost/prometheus:debian",
                 "AGORA_VLLM_CPU_IMAGE": "localhost/vllm-openai-cpu:v0.32.0"}
 
 
