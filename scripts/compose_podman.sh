@@ -29,7 +29,10 @@ done
 
 if ! curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1; then
     mkdir -p "$(dirname "$SOCKET")"
-    nohup podman system service --time=0 "$DOCKER_HOST" >/dev/null 2>&1 &
+    # A clean environment: the service outlives this call, and must carry neither the caller's
+    # secrets (AGORA_REDIS_PASSWORD, ...) nor its run's tags (AGORA_RUN_ID) into later runs.
+    env -i PATH="$PATH" HOME="${HOME:-/root}" CONTAINERS_CONF="$CONTAINERS_CONF" \
+        nohup podman system service --time=0 "$DOCKER_HOST" >/dev/null 2>&1 &
     for _ in $(seq 50); do
         curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1 && break
         sleep 0.2

@@ -281,7 +281,7 @@ def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(image
 EPISODE_LEDGER = """
 import json, os, redis
 from agora.rollout.stream import RunKeys
-client, keys = redis.Redis.from_url(os.environ["AGORA_REDIS_URL"]), RunKeys("faults")
+client, keys = redis.Redis.from_url(os.environ["AGORA_REDIS_URL"]), RunKeys("drill")
 print(json.dumps({
     "ids": [f[b"episode_id"].decode() for _, f in client.xrange(keys.stream)],
     "reserved": int(client.get(keys.episode_index) or 0),
@@ -321,7 +321,7 @@ def test_compose_training_survives_crashed_rollout_and_policy_containers(images)
     SIGKILLed mid-run; compose's restart policy (unless-stopped) brings each back, the workers'
     and trainer's retries carry the run over the gap, and the trainer spends its budget with
     every enqueued episode appended once, none given up on (the embedded fault tests' checks)."""
-    project, env, _ = compose_run("compose_faults.yaml", "faults")
+    project, env, _ = compose_run("compose_faults.yaml", "drill")
     container = f"{project}-{{}}-1".format
     trainer = container("trainer-cpu")
 
@@ -347,7 +347,7 @@ def test_compose_training_survives_crashed_rollout_and_policy_containers(images)
                                    EPISODE_LEDGER).stdout)
         ids = ledger["ids"]
         assert len(ids) == len(set(ids)), "an episode was appended twice"
-        assert sorted(ids) == [f"faults-{i:08d}" for i in range(1, ledger["reserved"] + 1)], \
+        assert sorted(ids) == [f"drill-{i:08d}" for i in range(1, ledger["reserved"] + 1)], \
             "an enqueued episode never reached the stream"
         assert ledger["enqueued"] == ledger["reserved"] and ledger["failed"] == 0, ledger
     finally:
