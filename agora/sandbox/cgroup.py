@@ -65,15 +65,20 @@ class RunCgroup:
         return _counter(self.memory_dir / name, "oom_kill")
 
     def remove(self, timeout_s: float = 3.0) -> bool:
-        """Kill whatever is left in the cgroup and remove it; False if it could not be."""
+        """Kill whatever is left in the cgroup and remove it. One whose last processes are
+        still exiting after ``timeout_s`` (a loaded machine, a run that filled its memory) is
+        left for the next run's clean-up (``sweep_leftovers``); False then."""
         end = time.monotonic() + timeout_s
+        removed = True
         for directory in self.dirs:
             while directory.exists():
                 try:
                     directory.rmdir()
                 except OSError:
                     if time.monotonic() > end:
-                        return False
+                        _LEFTOVERS.add(directory)
+                        removed = False
+                        break
                     _kill_members(directory, self.version)
                     time.sleep(0.02)
             if self.version == 1 and directory.parent.name == GROUP:
@@ -81,7 +86,20 @@ class RunCgroup:
                 # on v1) cannot be removed by whoever owns it while our folder is left inside.
                 with contextlib.suppress(OSError):
                     directory.parent.rmdir()
-        return True
+        return removed
+
+
+# Run cgroups of this process that could not be removed at once: retried at every new run.
+_LEFTOVERS: set[Path] = set()
+
+
+def sweep_leftovers() -> None:
+    for directory in list(_LEFTOVERS):
+        with contextlib.suppress(OSError):
+            if directory.exists():
+                directory.rmdir()
+        if not directory.exists():
+            _LEFTOVERS.discard(directory)
 
 
 def _counter(path: Path, key: str) -> int:
@@ -189,10 +207,16 @@ def _create_v1(name: str, memory_mb: int, max_tasks: int) -> RunCgroup | None:
                     points[controller] = point
     if set(points) != {"memory", "pids"}:
         return None
-    dirs = {}
-    for controller, point in points.items():
-        group = Path(point + _own_v1_path(controller).rstrip("/")) / GROUP
-        dirs[controller] = _make_dir(group / name)
+    dirs: dict[str, Path] = {}
+    try:
+        for controller, point in points.items():
+            group = Path(point + _own_v1_path(controller).rstrip("/")) / GROUP
+            dirs[controller] = _make_dir(group / name)
+    except OSError:
+        for made in dirs.values():  # the memory folder of a run whose pids folder failed
+            with contextlib.suppress(OSError):
+                made.rmdir()
+        raise
     cgroup = RunCgroup(1, dirs["memory"], dirs["pids"], memory_mb, max_tasks)
     try:
         limit = str(memory_mb << 20)
@@ -208,6 +232,7 @@ def _create_v1(name: str, memory_mb: int, max_tasks: int) -> RunCgroup | None:
 
 def create_run_cgroup(memory_mb: int, max_tasks: int) -> tuple[RunCgroup | None, str]:
     """A fresh cgroup for one run with these limits, or None and the reason there is none."""
+    sweep_leftovers()
     name = f"run-{os.getpid()}-{secrets.token_hex(6)}"
     try:
         parent = _v2_parent()

@@ -341,7 +341,9 @@ def test_math_program_answers_run_in_the_sandbox_and_are_counted(reward_url):
     responses = ["```python\nprint(6 * 7)\n```", "```python\nprint(41)\n```",
                  "```python\nwhile True: pass\n```", "Answer: 42"]
     body = task_verdict(reward_url, "math", {"answer": "42"}, responses, answer="either",
-                        program_limits={"cpu_seconds": 1, "wall_seconds": 4})
+                        # 1 CPU second ends the loop; the wall clock is far above it, so a
+                        # loaded machine still reports cpu_limit and runs the rest in time
+                        program_limits={"cpu_seconds": 1, "wall_seconds": 30})
     assert body["answer"] == "either"
     results = body["results"]
     assert [r["correct"] for r in results] == [True, False, False, True]
