@@ -70,7 +70,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:  # the supervisor (this file as a script) imports nothing of agora
+    from agora.sandbox.cgroup import RunCgroup
 
 DEFAULT_HIDDEN_PATHS: tuple[str, ...] = (
     "/root",
@@ -373,7 +376,7 @@ class _Capped:
 
 def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> SandboxResult:
     # Parent side only: the supervisor (this file as a script) imports nothing of agora.
-    from agora.sandbox.cgroup import RunCgroup, create_run_cgroup
+    from agora.sandbox.cgroup import create_run_cgroup
 
     cgroup: RunCgroup | None = None
     cgroup_note = "no cgroup per run (SandboxLimits.run_cgroup off): limits are per process only"
@@ -389,7 +392,7 @@ def _run(workdir: str, stdin: str, limits: SandboxLimits, started: float) -> San
 
 
 def _run_in(workdir: str, stdin: str, limits: SandboxLimits, started: float,
-            cgroup: Any, cgroup_note: str) -> SandboxResult:
+            cgroup: RunCgroup | None, cgroup_note: str) -> SandboxResult:
     interp = _interpreter()
     privileged = os.geteuid() == 0
     uid = _pick_uid() if privileged else None
@@ -470,7 +473,7 @@ def _supervise(
     limits: SandboxLimits,
     uid: int | None,
     started: float,
-    cgroup: Any = None,
+    cgroup: RunCgroup | None = None,
 ) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     out, err = _Capped(limits.max_output_bytes), _Capped(limits.max_output_bytes)
