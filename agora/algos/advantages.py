@@ -88,6 +88,24 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable | None]
     return out
 
 
+def informative_turns(rewards: Sequence[float], groups: Sequence[Hashable | None]
+                      ) -> list[bool]:
+    """Which turns come from a group with a signal: False for every turn of a group whose
+    rewards are all equal and for a turn alone in its group, the turns ``group_advantages``
+    gives 0 whatever happens (DAPO's dynamic sampling keeps only the others;
+    ``ppo.filter_groups``). The same grouping as ``group_advantages``."""
+    members: dict[Hashable, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(("single", i) if group is None else group, []).append(i)
+    keep = [False] * len(rewards)
+    for rows in members.values():
+        values = {float(rewards[i]) for i in rows}
+        if len(rows) >= 2 and max(values) - min(values) > 1e-9:
+            for i in rows:
+                keep[i] = True
+    return keep
+
+
 def learning_signal(rewards: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
                     values: torch.Tensor, turn_advantages: Sequence[float] | None
                     ) -> dict[str, torch.Tensor]:

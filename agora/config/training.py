@@ -36,6 +36,17 @@ class PPOConfig(StrictModel):
     # others. A token's KL to the reference is subtracted from its advantage (kl_coef).
     advantage: Literal["gae", "grpo", "rloo"] = "gae"
     group_size: int = Field(1, ge=1, le=64, description="episodes per seed or task")
+    # DAPO's dynamic sampling (verl's algorithm.filter_groups), grpo / rloo only. A group whose
+    # samples all scored alike has zero advantage, yet its tokens still count in the loss's
+    # mean over the batch, so a batch of mostly such groups takes a step that much smaller
+    # (late in maporl-math-updates-rloo, 75-100% of the turns: adv_zero). True: such groups
+    # leave the batch (counted: filtered_turns) and the trainer reads more episodes until
+    # batch_turns turns with a signal are in. After max_filtered_batches x batch_turns turns
+    # dropped for one update the rest are taken as they come, so a policy whose groups all end
+    # alike still trains (more slowly) instead of sampling forever.
+    filter_groups: bool = False
+    max_filtered_batches: int = Field(4, ge=1, le=64,
+                                      description="cap on turns left out per update, in batches")
     clip_range: float = Field(0.2, gt=0.0, lt=1.0)
     kl_coef: float = Field(0.02, ge=0.0)
     gamma: float = Field(1.0, ge=0.0, le=1.0)
@@ -54,6 +65,9 @@ class PPOConfig(StrictModel):
         if self.advantage != "gae" and self.group_size < 2:
             raise ValueError(f"group_size: advantage '{self.advantage}' compares samples of the "
                              "same prompt, so it needs group_size >= 2 (e.g. 4)")
+        if self.filter_groups and self.advantage == "gae":
+            raise ValueError("filter_groups: drops groups whose samples scored alike, which only "
+                             "grpo / rloo compare (set advantage: rloo or grpo, and group_size)")
         return self
 
 

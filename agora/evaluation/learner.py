@@ -21,6 +21,7 @@ SIGNALS: dict[str, str] = {
     "reward_nonzero": "turns with a reward",
     "adv_abs": "mean |advantage| per token",
     "adv_zero": "turns with zero advantage (groups)",
+    "filtered_turns": "turns left out: groups alike (filter_groups)",
     "explained_var": "critic's explained variance",
     "entropy": "entropy per token",
     "kl": "KL to the reference per token",

@@ -100,6 +100,8 @@ TRAINER_AGENT_METRICS: dict[str, str] = {
     "adv_abs": "mean |advantage| per action token, before whitening",
     "explained_var": "share of the returns' variance the critic explains (gae)",
     "adv_zero": "share of turns whose group scored alike: zero advantage (grpo, rloo)",
+    "filtered_turns": "turns of groups that scored alike, left out of the last update "
+                      "(ppo.filter_groups)",
 }
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from agora.algos.advantages import informative_turns
 from agora.algos.ppo import TurnSample
 from agora.config.run import RunConfig
 from agora.data import Task, load_tasks
@@ -38,6 +39,8 @@ class Collected:
     entry_ids: list[str] = field(default_factory=list)
     records: list[EpisodeRecord] = field(default_factory=list)
     dropped_stale: int = 0
+    # Per agent: turns of groups that all scored alike, left out (ppo.filter_groups).
+    filtered: dict[str, int] = field(default_factory=dict)
 
 
 class EpisodeFeed:
@@ -113,7 +116,7 @@ class EpisodeFeed:
         ``max_staleness`` versions behind ``versions``; None if the budget ran out. An episode
         of a group (``ppo.group_size``) joins the batch with the rest of its group."""
         trainable = [a.name for a in self.cfg.trainable_agents]
-        got = Collected(turns={a: [] for a in trainable})
+        got = Collected(turns={a: [] for a in trainable}, filtered=dict.fromkeys(trainable, 0))
         ppo = self.cfg.ppo
         while any(len(got.turns[a]) < ppo.batch_turns for a in trainable):
             if budget_spent():
@@ -130,10 +133,9 @@ class EpisodeFeed:
                     # fast rollouts run, so the policy changes as often as the trainer can.
                     self.backlog = entries[position:]
                     break
-                for ready_id, ready in self._whole_groups(entry_id, record):
-                    self._add(got, ready_id, ready, versions)
-            for ready_id, ready in self._overdue_groups():
-                self._add(got, ready_id, ready, versions)
+                self._add(got, self._whole_groups(entry_id, record), versions)
+            for late in self._overdue_groups():
+                self._add(got, late, versions)
         return got
 
     def _whole_groups(self, entry_id: str, record: EpisodeRecord
@@ -152,26 +154,49 @@ class EpisodeFeed:
         self.held_since.pop(key, None)
         return self.held.pop(key)
 
-    def _overdue_groups(self) -> list[tuple[str, EpisodeRecord]]:
+    def _overdue_groups(self) -> list[list[tuple[str, EpisodeRecord]]]:
         """Groups still incomplete after three visibility timeouts (a member failed for good,
         or is being retried): released as they are, so nothing waits forever; a turn without
         group-mates then gets no advantage."""
         limit = 3 * self.cfg.workers.visibility_timeout
         now = time.monotonic()
         late = [k for k, since in self.held_since.items() if now - since > limit]
-        out: list[tuple[str, EpisodeRecord]] = []
+        out: list[list[tuple[str, EpisodeRecord]]] = []
         for key in late:
             self.held_since.pop(key)
-            out.extend(self.held.pop(key))
+            out.append(self.held.pop(key))
         return out
 
-    def _add(self, got: Collected, entry_id: str, record: EpisodeRecord,
+    def _add(self, got: Collected, members: list[tuple[str, EpisodeRecord]],
              versions: Mapping[str, int]) -> None:
-        """One episode into the batch: its trainable agents' turns, less the stale ones."""
+        """Episodes that join the batch together (a group, or one episode): their trainable
+        agents' turns, less the stale ones and, with ``ppo.filter_groups``, less the groups
+        that scored alike."""
         ppo = self.cfg.ppo
-        got.entry_ids.append(entry_id)
-        got.records.append(record)
-        TRAINER_EPISODES_CONSUMED.inc()
+        turns: dict[str, list[TurnSample]] = {agent: [] for agent in got.turns}
+        for entry_id, record in members:
+            got.entry_ids.append(entry_id)
+            got.records.append(record)
+            TRAINER_EPISODES_CONSUMED.inc()
+            for agent, sample in self._fresh_turns(got, record, versions):
+                turns[agent].append(sample)
+        for agent, samples in turns.items():
+            if ppo.filter_groups:
+                if len(got.turns[agent]) >= ppo.batch_turns:
+                    continue  # this agent's batch is full; another agent's is still filling
+                if got.filtered[agent] < ppo.max_filtered_batches * ppo.batch_turns:
+                    keep = informative_turns([s.reward for s in samples],
+                                             [s.group for s in samples])
+                    got.filtered[agent] += keep.count(False)
+                    samples = [s for s, kept in zip(samples, keep, strict=True) if kept]
+            got.turns[agent].extend(samples)
+
+    def _fresh_turns(self, got: Collected, record: EpisodeRecord, versions: Mapping[str, int]
+                     ) -> list[tuple[str, TurnSample]]:
+        """One episode's trainable turns as samples, less those more than ``max_staleness``
+        versions behind (counted in ``got.dropped_stale``)."""
+        ppo = self.cfg.ppo
+        out: list[tuple[str, TurnSample]] = []
         group = record.info.get("group")
         ordinal: dict[tuple[str, str], int] = {}  # each seat's turn number
         for turn in record.turns:
@@ -184,7 +209,7 @@ class EpisodeFeed:
                 got.dropped_stale += 1
                 TRAINER_TURNS_DROPPED.inc()
                 continue
-            got.turns[turn.agent].append(TurnSample(
+            out.append((turn.agent, TurnSample(
                 prompt_ids=turn.prompt_token_ids,
                 completion_ids=turn.completion_token_ids,
                 behaviour_logprobs=turn.behaviour_logprobs,
@@ -196,4 +221,5 @@ class EpisodeFeed:
                 # The same prompt: the group's episode, role and turn number.
                 group=(f"{group}/{turn.role}/{ordinal[key]}" if group is not None
                        else None),
-            ))
+            )))
+        return out

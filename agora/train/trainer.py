@@ -203,6 +203,8 @@ class Trainer:
             stats[name] = self.learners[name].update(samples)
             stats[name]["staleness"] = sum(self.versions[name] - s.version for s in samples) / max(
                 1, len(samples))
+            if self.cfg.ppo.filter_groups:
+                stats[name]["filtered_turns"] = float(got.filtered.get(name, 0))
         self.update_index += 1
         new_paths = {}
         for name in got.turns:

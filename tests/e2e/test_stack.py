@@ -34,10 +34,11 @@ from tests.stack_helpers import (
 def test_full_loop_trains_publishes_and_serves(tmp_path):
     # The learner spans two processes (torchrun + FSDP2 over gloo: a multi-GPU trainer's code
     # path); the other stack tests run the one-process trainer. Critic-free (rloo, groups of 4
-    # episodes per seed) here; the other stack and env tests train with the critic (gae).
+    # episodes per seed, groups that all ended alike filtered out) here; the other stack and
+    # env tests train with the critic (gae).
     cfg = tiny_config(trainer={"max_updates": 3, "device": "cpu", "dtype": "fp32",
                                "processes": 2},
-                      ppo={"advantage": "rloo", "group_size": 4},
+                      ppo={"advantage": "rloo", "group_size": 4, "filter_groups": True},
                       # Legal moves only: the tiny random model's free text is never a legal
                       # move, so every game would be lost alike and leave rloo nothing to compare.
                       agents=[{"name": "player", "base": "tiny", "lora_rank": 8,
@@ -109,9 +110,11 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [1, 2, 3]
         assert all(r["agents"]["player"]["turns"] >= 8 for r in rows)
-        # rloo has no gradient in an update whose groups all ended alike (p ~ 0.12 each for 4
-        # games); over three updates the policy moved (or the KL to it did) at least once.
-        assert any(r["agents"]["player"]["grad_norm"] > 0 for r in rows)
+        # rloo has no signal in a group whose games all ended alike: filter_groups left those
+        # out of each batch (counted) and read on, so every update compared games that differ.
+        assert all("filtered_turns" in r["agents"]["player"] for r in rows)
+        assert all(r["agents"]["player"]["adv_zero"] < 1 for r in rows)
+        assert all(r["agents"]["player"]["grad_norm"] > 0 for r in rows)
         # The same rows, at step = update, in TensorBoard's files under the run folder.
         events = EventAccumulator(str(stack.run_dir / "tensorboard"))
         events.Reload()
@@ -171,6 +174,7 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
                  if 'agora_trainer_policy_version{agent="player"} 3.0' in text]
         assert final, "no scrape saw the trainer's final version"
         assert 'agora_trainer_kl{agent="player"}' in final[-1]
+        assert 'agora_trainer_filtered_turns{agent="player"}' in final[-1]
     finally:
         stack.stop()
     assert descendants_alive(pids) == [], "processes left behind after stop()"

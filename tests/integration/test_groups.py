@@ -118,3 +118,31 @@ def test_a_restarted_feed_numbers_on_from_the_run_without_a_gap(redis_url):
     assert stream.last_episode_index() == 8
     assert redis.Redis.from_url(redis_url).get(stream.keys.episodes_enqueued) == b"8"
     redis.Redis.from_url(redis_url).delete(queue)
+
+
+def test_filtered_groups_leave_the_batch_and_more_episodes_are_read(redis_url):
+    """ppo.filter_groups (DAPO's dynamic sampling): a group whose episodes all scored alike
+    teaches nothing and leaves the batch (counted); the batch fills with groups that differ."""
+    feed, stream, queue = _feed(redis_url, advantage="rloo", group_size=2, filter_groups=True)
+    # Group a: both episodes won (alike, every turn of it filtered); b: one won, one lost.
+    for n, (group, reward) in enumerate([("a", 1.0), ("a", 1.0), ("b", 1.0), ("b", -1.0)]):
+        assert stream.append_once(_grouped_record(feed, n, group, reward))
+    got = feed.collect({"player": 0}, budget_spent=lambda: False)
+    assert got is not None
+    assert sorted(t.group for t in got.turns["player"]) == ["b/O/1", "b/O/1", "b/X/1", "b/X/1"]
+    assert got.filtered == {"player": 4}
+    assert len(got.entry_ids) == 4  # the filtered episodes are consumed (acked) all the same
+    redis.Redis.from_url(redis_url).delete(queue)
+
+
+def test_after_max_filtered_batches_groups_are_taken_as_they_come(redis_url):
+    """A policy whose groups all end alike still trains: once max_filtered_batches x
+    batch_turns turns were left out of one batch, the rest join it unfiltered."""
+    feed, stream, queue = _feed(redis_url, advantage="rloo", group_size=2, filter_groups=True,
+                                max_filtered_batches=1)
+    for n, group in enumerate(["a", "a", "b", "b"]):
+        assert stream.append_once(_grouped_record(feed, n, group, 1.0))
+    got = feed.collect({"player": 0}, budget_spent=lambda: False)
+    assert got is not None and got.filtered == {"player": 4}  # a's 4 turns: the cap (1 x 4)
+    assert sorted(t.group for t in got.turns["player"]) == ["b/O/1", "b/O/1", "b/X/1", "b/X/1"]
+    redis.Redis.from_url(redis_url).delete(queue)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agora.algos.advantages import gae, group_advantages, learning_signal
+from agora.algos.advantages import gae, group_advantages, informative_turns, learning_signal
 from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
@@ -149,6 +149,24 @@ def test_group_advantages_sum_to_zero_within_each_group(kind):
     else:  # standardised within the group
         group = torch.tensor(rewards[:4])
         assert adv[1] == pytest.approx(((group[1] - group.mean()) / group.std()).item(), rel=1e-4)
+
+
+def test_informative_turns_are_those_of_groups_that_did_not_all_score_alike():
+    rewards = [1.0, 0.0, 1.0, 0.5, 0.5, 2.0, 0.0, 0.0, 0.0]
+    groups = ["a", "a", "a", "b", "b", None, "c", "c", "d"]
+    assert informative_turns(rewards, groups) == [True, True, True, False, False, False,
+                                                  False, False, False]
+    # Exactly the turns group_advantages can give a non-zero advantage to.
+    for kind in ("grpo", "rloo"):
+        adv = group_advantages(rewards, groups, kind)
+        assert all(a == 0.0 for a, kept in zip(adv, informative_turns(rewards, groups),
+                                               strict=True) if not kept)
+
+
+def test_filtering_groups_needs_group_advantages():
+    with pytest.raises(ValueError, match="filter_groups"):
+        PPOConfig(filter_groups=True)
+    assert PPOConfig(advantage="rloo", group_size=4, filter_groups=True).max_filtered_batches == 4
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
