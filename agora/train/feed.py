@@ -184,11 +184,16 @@ class EpisodeFeed:
             if ppo.filter_groups:
                 if len(got.turns[agent]) >= ppo.batch_turns:
                     continue  # this agent's batch is full; another agent's is still filling
-                if got.filtered[agent] < ppo.max_filtered_batches * ppo.batch_turns:
+                cap = ppo.max_filtered_batches * ppo.batch_turns
+                if got.filtered[agent] < cap:
                     keep = informative_turns([s.reward for s in samples],
                                              [s.group for s in samples])
                     got.filtered[agent] += keep.count(False)
                     samples = [s for s, kept in zip(samples, keep, strict=True) if kept]
+                    if got.filtered[agent] >= cap:
+                        log.info("filter_groups: %d of %s's turns left out of this update "
+                                 "(ppo.max_filtered_batches x batch_turns); the rest join "
+                                 "as they come", got.filtered[agent], agent)
             got.turns[agent].extend(samples)
 
     def _fresh_turns(self, got: Collected, record: EpisodeRecord, versions: Mapping[str, int]
