@@ -54,6 +54,14 @@ def whiten_by_group(x: torch.Tensor, group: torch.Tensor, groups: int | None = N
     return torch.where(count[group] >= 2, whitened, x)
 
 
+def _group_rows(groups: Sequence[Hashable | None]) -> list[list[int]]:
+    """Each group's row indices; a None group is a group of its own."""
+    members: dict[Hashable, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(("single", i) if group is None else group, []).append(i)
+    return list(members.values())
+
+
 def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable | None],
                      kind: str) -> list[float]:
     """Critic-free advantages of turns from their groups (samples of one prompt).
@@ -65,11 +73,8 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable | None]
     baseline and gets 0: it pushes the policy nowhere rather than by its raw reward. Host-side
     lists: a batch has tens of turns, and the result is one number per turn.
     """
-    members: dict[Hashable, list[int]] = {}
-    for i, group in enumerate(groups):
-        members.setdefault(("single", i) if group is None else group, []).append(i)
     out = [0.0] * len(rewards)
-    for rows in members.values():
+    for rows in _group_rows(groups):
         n = len(rows)
         if n < 2:
             continue
@@ -93,12 +98,9 @@ def informative_turns(rewards: Sequence[float], groups: Sequence[Hashable | None
     """Which turns come from a group with a signal: False for every turn of a group whose
     rewards are all equal and for a turn alone in its group, the turns ``group_advantages``
     gives 0 whatever happens (DAPO's dynamic sampling keeps only the others;
-    ``ppo.filter_groups``). The same grouping as ``group_advantages``."""
-    members: dict[Hashable, list[int]] = {}
-    for i, group in enumerate(groups):
-        members.setdefault(("single", i) if group is None else group, []).append(i)
+    ``ppo.filter_groups``)."""
     keep = [False] * len(rewards)
-    for rows in members.values():
+    for rows in _group_rows(groups):
         values = {float(rewards[i]) for i in rows}
         if len(rows) >= 2 and max(values) - min(values) > 1e-9:
             for i in rows:
