@@ -26,13 +26,16 @@ def results(
     user would type, and write results.md: before/after figures with 95% intervals, the
     targets met, what each learner saw; and curves.png. Done experiments are kept: a rerun
     continues an interrupted plan, and the table holds every experiment done so far."""
+    from agora.results.commands import check_configs
     from agora.results.plan import load_plan
     from agora.results.report import write_results
     from agora.results.runner import run_plan
 
     try:
         parsed = load_plan(plan)
-        chosen = {e.name for e in parsed.select(list(only or []))}
+        selected = parsed.select(list(only or []))
+        check_configs(selected)
+        chosen = {e.name for e in selected}
     except ConfigError as err:
         console.print(f"[bold red]plan error[/]: {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -11,7 +11,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from agora.config.base import ConfigError
 from agora.config.run import load_config
+from agora.reflection.config import load_reflection_config
 from agora.results.plan import Experiment
 
 
@@ -31,6 +33,17 @@ class Outputs:
     figures: Path  # the JSON its figures come from
     metrics: dict[str, Path]  # label -> a training run's metrics.jsonl (none for reflect)
     run: Path | None = None  # the trained run (train_eval): its episodes show partner switches
+
+
+def check_configs(experiments: list[Experiment]) -> None:
+    """Load each experiment's config with its overrides before anything runs: a misspelt
+    field in the tenth experiment is refused now, naming it, not hours into the plan."""
+    for exp in experiments:
+        load = load_reflection_config if exp.kind == "reflect" else load_config
+        try:
+            load(exp.config, list(exp.overrides))
+        except ConfigError as err:
+            raise ConfigError(f"experiment {exp.name}: {err}") from None
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
