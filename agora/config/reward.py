@@ -25,6 +25,11 @@ class RewardConfig(StrictModel):
     # MAPoRL's cooperative incentive alpha: how much of teammates' verified scores each agent
     # gets (agora/rewards/discussion.py). 0 = every agent for itself.
     cooperation: float = Field(0.0, ge=0.0, le=10.0)
+    # Which rounds pay a discussion answer. 'future': MAPoRL's look-ahead, the agent's mean
+    # score over this and the later rounds (an answer that leads to right answers is worth
+    # more). 'answer': this answer's own score only (with cooperation 0, the first round is
+    # paid exactly like the agent trained alone).
+    discussion_credit: Literal["future", "answer"] = "future"
     # Which verifier scores math/NLI answers: the rule verifier, the learned verifier (a
     # classifier trained with `agora verifier train`, folder in `learned_model`), or a blend
     # w * rule + (1 - w) * learned.

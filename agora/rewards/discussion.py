@@ -11,21 +11,34 @@ answer's reward looks ahead and, through the cooperative incentive ``alpha``, ac
 
 ``alpha = 0`` trains each agent for itself; larger ``alpha`` rewards helping the team. With one
 agent, team() is 0. Scores are the verifier's (1 right, 0 wrong by default).
+
+``credit="answer"`` (``reward.discussion_credit``) drops the look-ahead: own(i, t) is agent i's
+score in round t alone. Why offer it: under a group baseline (rloo) the look-ahead mixes the
+later rounds' noise into the first answer's credit, so a first-round answer is no longer paid
+its own 0/1 as it is when the agent trains alone; with ``alpha = 0`` and ``credit="answer"``
+the first round is trained exactly like the agent alone and only the later rounds see the
+others (docs/results.md).
 """
 
 from __future__ import annotations
 
+from typing import Literal
 
-def discussion_rewards(scores: list[list[float]], alpha: float) -> list[list[float]]:
+
+def discussion_rewards(scores: list[list[float]], alpha: float,
+                       credit: Literal["future", "answer"] = "future") -> list[list[float]]:
     """``scores[t][i]`` = verifier score of agent i's answer in round t -> rewards, same shape."""
     rounds = len(scores)
     if rounds == 0:
         return []
     agents = len(scores[0])
-    own = [
-        [sum(scores[u][i] for u in range(t, rounds)) / (rounds - t) for i in range(agents)]
-        for t in range(rounds)
-    ]
+    if credit == "answer":
+        own = [list(row) for row in scores]
+    else:
+        own = [
+            [sum(scores[u][i] for u in range(t, rounds)) / (rounds - t) for i in range(agents)]
+            for t in range(rounds)
+        ]
     rewards = []
     for t in range(rounds):
         row = []

@@ -22,6 +22,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import httpx
 import redis
@@ -155,9 +156,10 @@ def verify(cfg: RunConfig, body: dict) -> dict:
     return resp.json()
 
 
-def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0) -> None:
+def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0,
+                  credit: Literal["future", "answer"] = "future") -> None:
     if "results" in verdict and verdict.get("kind") in ("math", "nli"):
-        apply_discussion_verdict(record, verdict, cooperation)
+        apply_discussion_verdict(record, verdict, cooperation, credit)
         return
     record.results = verdict["results"]
     for turn, reward in zip(record.turns, verdict["turn_rewards"], strict=True):
@@ -178,7 +180,8 @@ def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0
                                   for agent in totals}
 
 
-def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: float) -> None:
+def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: float,
+                             credit: Literal["future", "answer"] = "future") -> None:
     """Turn rewards from per-answer verdicts, mixed across rounds and teammates (MAPoRL)."""
     seats = len(record.seats)
     results = verdict["results"]
@@ -186,7 +189,8 @@ def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: 
         raise ValueError(f"verdict has {len(results)} results for {len(record.turns)} turns")
     rounds = len(results) // seats
     grid = [results[r * seats:(r + 1) * seats] for r in range(rounds)]
-    rewards = discussion_rewards([[float(x["reward"]) for x in row] for row in grid], cooperation)
+    rewards = discussion_rewards([[float(x["reward"]) for x in row] for row in grid], cooperation,
+                                 credit)
     for index, turn in enumerate(record.turns):
         r, seat = divmod(index, seats)
         turn.reward = rewards[r][seat]
@@ -275,7 +279,7 @@ def play(payload: dict) -> str:
     curriculum.label(record, payload)  # info["curriculum"]: the level it was played at
     if not score_episode(cfg, record):  # negotiation, story, code_debug: agora/rollout/scoring
         apply_verdict(record, verify(cfg, verification_request(cfg, record, payload)),
-                      cfg.reward.cooperation)
+                      cfg.reward.cooperation, cfg.reward.discussion_credit)
     if not stream.append_once(record):
         ROLLOUT_DUPLICATES.inc()
         return "duplicate"

@@ -71,6 +71,14 @@ def test_rewards_look_ahead_and_mix_teammates_by_alpha():
     assert discussion_rewards([], alpha=1.0) == []
 
 
+def test_answer_credit_pays_each_answer_its_own_score():
+    scores = [[0.0, 1.0], [1.0, 1.0]]
+    # No look-ahead: alice's wrong first answer earns 0 although her second is right.
+    assert discussion_rewards(scores, alpha=0.0, credit="answer") == scores
+    team = discussion_rewards(scores, alpha=0.5, credit="answer")
+    assert team == [[0.0 + 0.5 * 1.0, 1.0 + 0.5 * 0.0], [1.5, 1.5]]
+
+
 # --- the rollout path: real reward service (and real vLLM on tiny-random) --------------------
 
 def _discussion_config(reward_url: str, redis_url: str, vllm_port: int, **reward):
@@ -121,6 +129,9 @@ def test_scripted_discussion_is_verified_and_rewarded_per_round(reward_url, redi
     expected = discussion_rewards([[0.0, 1.0], [1.0, 0.0]], alpha=0.5)
     assert [t.reward for t in record.turns] == [expected[0][0], expected[0][1],
                                                 expected[1][0], expected[1][1]]
+    # The same verdict with reward.discussion_credit = answer: each answer its own score.
+    apply_verdict(record, verdict, 0.0, "answer")
+    assert [t.reward for t in record.turns] == [0.0, 1.0, 1.0, 0.0]
 
 
 def test_program_answers_are_run_by_the_reward_service_and_counted_per_agent(reward_url,
