@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from agora.config.base import StrictModel
+from agora.rewards.discussion import DiscussionCredit
 
 
 class RewardConfig(StrictModel):
@@ -29,7 +30,7 @@ class RewardConfig(StrictModel):
     # score over this and the later rounds (an answer that leads to right answers is worth
     # more). 'answer': this answer's own score only (with cooperation 0, the first round is
     # paid exactly like the agent trained alone).
-    discussion_credit: Literal["future", "answer"] = "future"
+    discussion_credit: DiscussionCredit = "future"
     # Which verifier scores math/NLI answers: the rule verifier, the learned verifier (a
     # classifier trained with `agora verifier train`, folder in `learned_model`), or a blend
     # w * rule + (1 - w) * learned.

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+# reward.discussion_credit: which rounds pay an answer (see above).
+DiscussionCredit = Literal["future", "answer"]
+
 
 def discussion_rewards(scores: list[list[float]], alpha: float,
-                       credit: Literal["future", "answer"] = "future") -> list[list[float]]:
+                       credit: DiscussionCredit = "future") -> list[list[float]]:
     """``scores[t][i]`` = verifier score of agent i's answer in round t -> rewards, same shape."""
     rounds = len(scores)
     if rounds == 0:

@@ -22,7 +22,6 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Literal
 
 import httpx
 import redis
@@ -40,7 +39,7 @@ from agora.ops.metrics import (
     ROLLOUT_RETRIES,
 )
 from agora.ops.service_key import service_headers
-from agora.rewards.discussion import discussion_rewards
+from agora.rewards.discussion import DiscussionCredit, discussion_rewards
 from agora.rollout.records import EpisodeRecord, RewardParts
 from agora.rollout.runner import run_episode
 from agora.rollout.scoring import RewardUnavailable, score_episode
@@ -157,7 +156,7 @@ def verify(cfg: RunConfig, body: dict) -> dict:
 
 
 def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0,
-                  credit: Literal["future", "answer"] = "future") -> None:
+                  credit: DiscussionCredit = "future") -> None:
     if "results" in verdict and verdict.get("kind") in ("math", "nli"):
         apply_discussion_verdict(record, verdict, cooperation, credit)
         return
@@ -181,7 +180,7 @@ def apply_verdict(record: EpisodeRecord, verdict: dict, cooperation: float = 0.0
 
 
 def apply_discussion_verdict(record: EpisodeRecord, verdict: dict, cooperation: float,
-                             credit: Literal["future", "answer"] = "future") -> None:
+                             credit: DiscussionCredit = "future") -> None:
     """Turn rewards from per-answer verdicts, mixed across rounds and teammates (MAPoRL)."""
     seats = len(record.seats)
     results = verdict["results"]
