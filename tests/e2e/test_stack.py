@@ -38,7 +38,12 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
     # env tests train with the critic (gae).
     cfg = tiny_config(trainer={"max_updates": 3, "device": "cpu", "dtype": "fp32",
                                "processes": 2},
-                      ppo={"advantage": "rloo", "group_size": 4, "filter_groups": True},
+                      # A self-play group of 4 games is ~34 of the player's turns: the default
+                      # cap (4 batches of 8 turns) is one alike group, after which turns join
+                      # unfiltered and two alike groups in a row (~1 in 70) fill a batch with
+                      # no signal. 64 batches is ~15 alike groups in a row before the cap.
+                      ppo={"advantage": "rloo", "group_size": 4, "filter_groups": True,
+                           "max_filtered_batches": 64},
                       # Legal moves only: the tiny random model's free text is never a legal
                       # move, so every game would be lost alike and leave rloo nothing to compare.
                       agents=[{"name": "player", "base": "tiny", "lora_rank": 8,
