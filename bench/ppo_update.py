@@ -12,7 +12,8 @@
 (synthetic turns), which is where ``shared_prefix.MIN_SAVED_SHARE`` comes from.
 
     .venv/bin/python bench/ppo_update.py [--device auto] [--dtype auto]
-        [--model-shape config|135m|0.5b|1.5b] [--set ttt32|ttt64|long64] [--compile] [--sweep]
+        [--model-shape config|135m|0.5b|1.5b] [--set ttt32|ttt64|long64|disc32] [--compile]
+        [--sweep]
 
 ``--model-shape config`` is the config's own model (SmolLM2-135M-Instruct here); the other
 shapes are random weights built from a config (bench/model_shapes.py), no download.
@@ -39,7 +40,8 @@ from agora.config.run import load_config
 from agora.envs.tictactoe import TicTacToe
 from agora.serving.model_folders import resolve_model
 
-SETS = {"ttt32": ("tictactoe", 32), "ttt64": ("tictactoe", 64), "long64": ("long", 64)}
+SETS = {"ttt32": ("tictactoe", 32), "ttt64": ("tictactoe", 64), "long64": ("long", 64),
+        "disc32": ("discussion", 32)}
 
 
 def tictactoe_turns(learner: PPOLearner, n: int, prefill: str) -> list[TurnSample]:
@@ -82,6 +84,29 @@ def synthetic_turns(learner: PPOLearner, n: int, tokens: int, shared_share: floa
         sample.behaviour_logprobs = learner.sequence_logprobs(sample)
         turns.append(sample)
     return turns
+
+
+def discussion_turns(learner: PPOLearner, n: int) -> list[TurnSample]:
+    """``n`` turns shaped like a MAPoRL discussion learner's batch (configs/maporl_math.yaml,
+    rloo in groups of 4): per question, 4 first-round turns (the same ~60-token prompt) and 4
+    second-round ones (~130 tokens: that prompt's question, its own answer and the
+    teammate's), every completion ~24 tokens; random token ids."""
+    rng = torch.Generator().manual_seed(2)
+    low, high = 1000, len(learner.tokenizer) - 1
+
+    def draw(k: int) -> list[int]:
+        return torch.randint(low, high, (k,), generator=rng).tolist()
+
+    instructions, turns = draw(46), []
+    while len(turns) < n:
+        asked = instructions + draw(10)
+        first = [asked + draw(4)] * 4  # a group: 4 samples of the same prompt
+        second = [asked + draw(60 + 8 * i) for i in range(4)]
+        for prompt in first + second:
+            sample = TurnSample(prompt, draw(20 + len(turns) % 9), [], float(len(turns) % 2))
+            sample.behaviour_logprobs = learner.sequence_logprobs(sample)
+            turns.append(sample)
+    return turns[:n]
 
 
 def synchronize(device: torch.device) -> None:
@@ -167,9 +192,9 @@ def sweep(learner: PPOLearner, repeats: int) -> list[list[str]]:
         on = timed(lambda t=turns: with_sharing(learner, "on").update(t), repeats, learner.device)
         off = timed(lambda t=turns: with_sharing(learner, "off").update(t), repeats,
                     learner.device)
-        groups = shared_prefix.prefix_groups([t.prompt_ids for t in turns])
-        saved = shared_prefix.saved_share(groups, [len(t.prompt_ids) + len(t.completion_ids)
-                                                   for t in turns])
+        lengths = [len(t.prompt_ids) + len(t.completion_ids) for t in turns]
+        groups = shared_prefix.prefix_groups([t.prompt_ids for t in turns], lengths)
+        saved = shared_prefix.saved_share(groups, lengths)
         rows.append([f"{share:.2f}", f"{saved:.2f}", f"{off:.3f}", f"{on:.3f}",
                      f"{off / on:.2f}x"])
         print("shared prompt share {} (tokens saved {}): off {} s, on {} s, speed-up {}".format(
@@ -206,8 +231,12 @@ def main() -> None:
 
     kind, count = SETS[args.set]
     count = args.turns or count
-    turns = (tictactoe_turns(learner, count, cfg.environment.prefill) if kind == "tictactoe"
-             else synthetic_turns(learner, count, 270, 0.4))
+    if kind == "tictactoe":
+        turns = tictactoe_turns(learner, count, cfg.environment.prefill)
+    elif kind == "discussion":
+        turns = discussion_turns(learner, count)
+    else:
+        turns = synthetic_turns(learner, count, 270, 0.4)
     tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
     print(f"{model_name} on {where}: {len(turns)} turns, {tokens} tokens")
 

@@ -336,11 +336,10 @@ class PPOLearner:
         if (mode == "off" or self.placement.compile or self.parallel.sharded
                 or len(rows) < 2):
             return [(rows, 0)]
-        groups = shared_prefix.prefix_groups([batch.prompts[r] for r in rows])
-        groups = [([rows[i] for i in members], prefix) for members, prefix in groups]
         lengths = [batch.lengths_host[r] for r in rows]
+        groups = shared_prefix.prefix_groups([batch.prompts[r] for r in rows], lengths)
         if mode == "on" or shared_prefix.pays_off(groups, lengths, self.device.type):
-            return groups
+            return [([rows[i] for i in members], prefix) for members, prefix in groups]
         return [(rows, 0)]
 
     def _action_forward(self, batch: Batch, rows: list[int] | None = None,

@@ -21,6 +21,12 @@ from transformers import DynamicCache
 
 # Below this many shared tokens the extra prefix pass is not worth it.
 MIN_SHARED_TOKENS = 8
+# What one more forward call costs, in token positions, when the groups are chosen: its
+# dispatch over every layer and the lower matmul efficiency of a few rows. Measured with
+# interleaved updates on SmolLM2-135M, 1 thread (2026-11-28): at 8, 32 Tic-Tac-Toe turns split
+# into 7 groups to save 5% of the positions and the update ran 0.93x; at 32 they stay in the
+# X / O groups, and real discussion batches still split by question and round (7-11 groups).
+CALL_COST_TOKENS = 32
 
 # Share of a batch's tokens the prefix passes must save before they are used, per device type
 # (``trainer.shared_prefix: auto``). Why it differs: the CPU is compute-bound, so forwarding
@@ -43,35 +49,60 @@ def common_prefix_length(rows: list[list[int]]) -> int:
     return limit
 
 
-def prefix_groups(prompts: list[list[int]]) -> list[tuple[list[int], int]]:
-    """Split rows into groups that share a long prefix: ``[(row indices, prefix length)]``.
+def prefix_groups(prompts: list[list[int]], lengths: list[int] | None = None
+                  ) -> list[tuple[list[int], int]]:
+    """Split rows into groups forwarded apart: ``[(row indices, shared prefix length)]``,
+    chosen to forward the fewest tokens.
 
-    Rows are first split on the token right after the whole batch's common prefix (for
-    role-conditioned prompts that token is the role: "as X" / "as O"), then each group takes its
-    own common prefix. Prefixes stop one token short of the group's shortest prompt, so every
-    position that predicts an action lies in the suffix. One level of splitting is enough for
-    prompts of the form "shared instructions + role + shared instructions + state"; if it would
-    shatter the batch (more groups than half the rows) the batch stays one group.
+    A group forwards its shared prefix once, then every row's suffix padded to the group's
+    longest row (``lengths``: each row's prompt + completion; default the prompts'). So
+    grouping trades the prefix saved against the padding it adds, plus a fixed cost per
+    forward call: a discussion batch mixes first-round prompts of ~60 tokens with second-round
+    ones of ~130 under a ~50-token common prefix, and one group there pads away what the
+    prefix saves. The groups are the best partition along the prompts' token trie: each node
+    is forwarded either as one group or split by the token after its rows' common prefix
+    (recursively), whichever forwards fewer tokens. Prefixes stop one token short of the
+    group's shortest prompt, so every position that predicts an action lies in the suffix.
     """
-    global_len = common_prefix_length(prompts)
-    by_next: dict[int, list[int]] = defaultdict(list)
-    for row, prompt in enumerate(prompts):
-        by_next[prompt[global_len] if len(prompt) > global_len else -1].append(row)
-    groups = list(by_next.values())
-    if len(groups) > max(1, len(prompts) // 2):
-        groups = [list(range(len(prompts)))]
-    result = []
-    for rows in groups:
+    lengths = lengths if lengths is not None else [len(p) for p in prompts]
+
+    def best(rows: list[int]) -> tuple[int, list[tuple[list[int], int]]]:
         members = [prompts[r] for r in rows]
-        shared = min(common_prefix_length(members), min(len(m) for m in members) - 1)
-        result.append((rows, shared if shared >= MIN_SHARED_TOKENS and len(rows) > 1 else 0))
-    return result
+        common = common_prefix_length(members)
+        prefix = min(common, min(len(m) for m in members) - 1)
+        if prefix < MIN_SHARED_TOKENS or len(rows) == 1:
+            prefix = 0
+        whole = forwarded_tokens([(rows, prefix)], lengths, CALL_COST_TOKENS)
+        by_next: dict[int, list[int]] = defaultdict(list)
+        for r in rows:
+            by_next[prompts[r][common] if len(prompts[r]) > common else -1].append(r)
+        if len(by_next) == 1:
+            return whole, [(rows, prefix)]
+        parts = [best(child) for child in by_next.values()]
+        split = sum(cost for cost, _ in parts)
+        if split < whole:
+            return split, [group for _, groups in parts for group in groups]
+        return whole, [(rows, prefix)]
+
+    return best(list(range(len(prompts))))[1]
+
+
+def forwarded_tokens(groups: list[tuple[list[int], int]], lengths: list[int],
+                     call_cost: int = 0) -> int:
+    """Token positions ``groups`` forward: per group its prefix once and each row's suffix
+    padded to the group's longest row, plus ``call_cost`` per forward call."""
+    total = 0
+    for rows, prefix in groups:
+        width = max(lengths[r] for r in rows)
+        total += prefix + len(rows) * (width - prefix) + call_cost * (2 if prefix else 1)
+    return total
 
 
 def saved_share(groups: list[tuple[list[int], int]], lengths: list[int]) -> float:
-    """The share of the rows' tokens that sharing ``groups``' prefixes does not forward."""
-    saved = sum((len(rows) - 1) * prefix for rows, prefix in groups if prefix)
-    return saved / max(1, sum(lengths))
+    """The share of a plain forward's tokens (every row padded to the longest, one call) that
+    forwarding ``groups`` does not forward."""
+    plain = forwarded_tokens([(list(range(len(lengths))), 0)], lengths)
+    return 1 - forwarded_tokens(groups, lengths) / plain
 
 
 def pays_off(groups: list[tuple[list[int], int]], lengths: list[int], device_type: str) -> bool:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.stack_helpers import tiny_config
@@ -16,13 +17,14 @@ from tests.stack_helpers import tiny_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_ppo_update_bench_runs_on_the_current_learner(tmp_path):
+@pytest.mark.parametrize("turn_set", ["ttt32", "disc32"])
+def test_ppo_update_bench_runs_on_the_current_learner(tmp_path, turn_set):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(tiny_config().model_dump(mode="json")))
     results = tmp_path / "results.md"
     done = subprocess.run(
         [sys.executable, "bench/ppo_update.py", "--config", str(config), "--device", "cpu",
-         "--dtype", "fp32", "--turns", "4", "--repeats", "1"],
+         "--dtype", "fp32", "--set", turn_set, "--turns", "4", "--repeats", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -14,8 +14,8 @@ from agora.envs.tictactoe import TicTacToe
 from tests.stack_helpers import FP32
 
 
-def test_prefix_groups_split_on_the_role_token_and_stop_before_the_shortest_prompt():
-    shared = list(range(100, 120))
+def test_prefix_groups_split_on_the_role_token_where_it_pays_and_stop_before_the_shortest_prompt():
+    shared = list(range(100, 200))  # instructions, a role token, more instructions
     prompts = [
         shared + [1] + shared + [7, 8, 9],
         shared + [1] + shared + [5],
@@ -23,12 +23,45 @@ def test_prefix_groups_split_on_the_role_token_and_stop_before_the_shortest_prom
         shared + [2] + shared + [4],
     ]
     groups = shared_prefix.prefix_groups(prompts)
-    assert sorted(groups) == [([0, 1], 41), ([2, 3], 41)]
+    assert sorted(groups) == [([0, 1], 201), ([2, 3], 201)]
+    # Short prompts: a second forward call costs more than the 40 tokens it would save.
+    short = shared[:20]
+    assert shared_prefix.prefix_groups([short + [1] + short + [7, 8, 9], short + [1] + short,
+                                        short + [2] + short + [6], short + [2] + short]
+                                       ) == [([0, 1, 2, 3], 20)]
     # One prompt is the whole prefix of another: stop one short so it keeps a suffix.
-    assert shared_prefix.prefix_groups([shared, shared + [3]]) == [([0, 1], 19)]
+    assert shared_prefix.prefix_groups([shared, shared + [3]]) == [([0, 1], 99)]
     # Prompts with nothing in common, or a lone row, forward plainly.
     assert shared_prefix.prefix_groups([[1, 2, 3], [4, 5, 6]]) == [([0, 1], 0)]
     assert shared_prefix.prefix_groups([shared]) == [([0], 0)]
+
+
+def test_prefix_groups_part_a_discussion_batch_by_question_and_round():
+    """A discussion learner's batch: per question, 4 first-round prompts (the same ~60 tokens)
+    and 4 second-round prompts (~130: its own answer and the teammate's). One group under the
+    instructions' common prefix pads every first-round row to the longest second-round one;
+    the chosen groups forward far fewer tokens than that."""
+    instructions = list(range(100, 146))
+    prompts, lengths = [], []
+    for question in range(2):
+        asked = instructions + [10 + question] * 8
+        for _ in range(4):
+            prompts.append(asked + [2, 3, 4])  # round 1: the question, then the reply prompt
+            lengths.append(len(prompts[-1]) + 20)
+        for sample in range(4):
+            own = [50 + 10 * question + sample] * (60 + 5 * sample)  # its own first answer
+            prompts.append(asked + [5] + own + [6] * 10)
+            lengths.append(len(prompts[-1]) + 20)
+    groups = shared_prefix.prefix_groups(prompts, lengths)
+    rounds_one = {frozenset(range(0, 4)), frozenset(range(8, 12))}
+    assert rounds_one <= {frozenset(rows) for rows, _ in groups}
+    assert all(prefix == 56 for rows, prefix in groups if frozenset(rows) in rounds_one)
+    assert sorted(r for rows, _ in groups for r in rows) == list(range(16))
+    one_group = [(list(range(16)), 46)]
+    chosen = shared_prefix.forwarded_tokens(groups, lengths)
+    assert chosen < 0.7 * shared_prefix.forwarded_tokens(one_group, lengths)
+    assert shared_prefix.saved_share(groups, lengths) > shared_prefix.saved_share(one_group,
+                                                                                 lengths)
 
 
 def _learner(tiny_model) -> PPOLearner:
@@ -68,7 +101,8 @@ def test_shared_prefix_forward_matches_plain_forward_values_and_gradients(tiny_m
     learner = _learner(tiny_model)
     batch = collate(_tictactoe_turns(learner, 12), learner.pad_id)
     groups = shared_prefix.prefix_groups(batch.prompts)
-    assert len(groups) == 2 and all(prefix > 40 for _, prefix in groups)  # X and O prompts
+    # X and O prompts apart, and each split again where a longer prefix pays
+    assert len(groups) >= 2 and all(prefix > 40 for _, prefix in groups)
 
     def loss_and_grads(hidden):
         loss = hidden.pow(2).mean()
