@@ -93,7 +93,7 @@ class HanabiSimpleBot:
     def act(self, env: Hanabi, rng: random.Random) -> str:
         seat = env.current_seat
         for i, (color, rank) in enumerate(env.hints[seat]):
-            if self._known_playable(env, color, rank):
+            if env.known_playable(color, rank):
                 return f"[Play] {i}"
         if env.info_tokens > 0:
             hint = self._playable_hint(env, seat) or self._save_hint(env, seat)
@@ -103,23 +103,15 @@ class HanabiSimpleBot:
                 return hint
         return f"[Discard] {self._discard_index(env, seat)}"
 
-    @staticmethod
-    def _known_playable(env: Hanabi, color: str | None, rank: int | None) -> bool:
-        if rank is None:
-            return False
-        if color is not None:
-            return env.fireworks[color] == rank - 1
-        return all(v == rank - 1 for v in env.fireworks.values())
-
     def _playable_hint(self, env: Hanabi, seat: int) -> str | None:
         """A hint that completes a playable card's knowledge, else the first half of one."""
         halves = []
         for other in env.teammates(seat):
             for i, card in enumerate(env.hands[other]):
                 color, rank = env.hints[other][i]
-                if not env.is_playable(card) or self._known_playable(env, color, rank):
+                if not env.is_playable(card) or env.known_playable(color, rank):
                     continue
-                if rank is None and self._known_playable(env, color, card[1]):
+                if rank is None and env.known_playable(color, card[1]):
                     return f"[Reveal] player {other} card {i} rank {card[1]}"
                 if color is None and rank is not None:
                     return f"[Reveal] player {other} card {i} color {card[0]}"

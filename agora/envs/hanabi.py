@@ -45,9 +45,11 @@ import random
 import re
 from dataclasses import dataclass
 
+from pydantic import Field
+
 from agora.envs.base import ChatMessage, Outcome, StepResult
 from agora.envs.images import ObservationMode, card_rows_image, image_part, png_data_url, text_part
-from agora.envs.spec import DefaultPlay, EnvSpec
+from agora.envs.spec import DefaultPlay, EnvOptions, EnvSpec
 
 COLORS = ("white", "yellow", "green", "blue", "red")  # TextArena's Suit order: it fixes the deck
 RANK_COUNTS = {1: 3, 2: 2, 3: 2, 4: 2, 5: 1}
@@ -179,12 +181,14 @@ class Hanabi:
     # so a game ends within ~110 moves plus a last round.
     max_episode_turns = 256
 
-    def __init__(self, num_players: int = 2, observation: ObservationMode = "text") -> None:
+    def __init__(self, num_players: int = 2, observation: ObservationMode = "text",
+                 mark_playable: bool = False) -> None:
         if not MIN_PLAYERS <= num_players <= MAX_PLAYERS:
             raise ValueError(f"Hanabi needs {MIN_PLAYERS}-{MAX_PLAYERS} players, got {num_players}")
         self.num_seats = num_players
         self.hand_size = hand_size_for(num_players)
         self.observation_mode = observation  # text | image | both (agora/envs/images.py)
+        self.mark_playable = mark_playable  # HanabiOptions.mark_playable
         self.reset(0)
 
     # --- protocol ---------------------------------------------------------------------------
@@ -250,9 +254,11 @@ class Hanabi:
         ]
         table = len(lines)  # the lines from here to the hints are what the picture shows
         for other in self.teammates(seat):
-            cards = ", ".join(f"{i} {card_text(c)}" for i, c in enumerate(self.hands[other]))
+            cards = ", ".join(f"{i} {card_text(c)}{self._mark(self.is_playable(c))}"
+                              for i, c in enumerate(self.hands[other]))
             lines.append(f"Player {other} has: {cards}")
-        mine = ", ".join(f"{i} {hint_text(h)}" for i, h in enumerate(self.hints[seat]))
+        mine = ", ".join(f"{i} {hint_text(h)}{self._mark(self.known_playable(*h))}"
+                         for i, h in enumerate(self.hints[seat]))
         lines.append(f"Your cards (from hints): {mine}")
         recent = self.log[-self.num_seats :]
         lines.append("Last moves: " + ("; ".join(recent) if recent else "none"))
@@ -308,6 +314,18 @@ class Hanabi:
 
     def is_playable(self, card: Card) -> bool:
         return self.fireworks[card[0]] == card[1] - 1
+
+    def known_playable(self, color: str | None, rank: int | None) -> bool:
+        """Whether what a player was told about a card (its hint) proves it fits the fireworks
+        now: the rank is known and so is the color, or every firework stands one below it."""
+        if rank is None:
+            return False
+        if color is not None:
+            return self.fireworks[color] == rank - 1
+        return all(v == rank - 1 for v in self.fireworks.values())
+
+    def _mark(self, playable: bool) -> str:
+        return " (playable)" if self.mark_playable and playable else ""
 
     # --- rules -------------------------------------------------------------------------------
 
@@ -445,10 +463,37 @@ def hanabi_rewards(info: dict, num_seats: int) -> list[float]:
     return [score / MAX_SCORE] * num_seats
 
 
+class HanabiOptions(EnvOptions):
+    """``environment.name: hanabi`` (agora/envs/hanabi.py).
+
+    ``mark_playable``: each prompt marks "(playable)" on the cards that fit the fireworks now:
+    a teammate's card, and an own card its hints prove fits (``known_playable``). Nothing
+    hidden is shown: the player can work out the same from the fireworks line and the hints,
+    but a 135M model does not learn that comparison from a few hundred demonstrations, and it
+    is what the scripted bot decides by (play a card known playable, hint a playable one).
+    Text observations only (an image view draws the cards without marks)."""
+
+    mark_playable: bool = Field(False, description="mark '(playable)' on the cards that fit "
+                                "the fireworks now (a teammate's; an own card its hints prove)")
+
+
+def build(section, payload: dict) -> Hanabi:
+    """From a run's environment section, or the gateway's episode spec (no options there: a
+    user's game is shown unmarked, as an image view would be)."""
+    options = getattr(section, "hanabi", None) or HanabiOptions()
+    return Hanabi(num_players=len(section.seats), observation=section.observation,
+                  mark_playable=options.mark_playable)
+
+
+def check(section) -> None:
+    if section.hanabi.mark_playable and section.observation != "text":
+        raise ValueError("hanabi.mark_playable: marks are written in text observations only "
+                         f"(observation: {section.observation})")
+
+
 SPEC = EnvSpec(
     "hanabi", seats=(2, 5), make=lambda seats: Hanabi(num_players=seats),
-    build=lambda section, payload: Hanabi(num_players=len(section.seats),
-                                          observation=section.observation), images=True,
+    build=build, options=HanabiOptions, check=check, images=True,
     bots={"hanabi_random": "agora.agents.bots:HanabiRandomBot",
           "hanabi_simple": "agora.agents.bots:HanabiSimpleBot"},
     cooperative=True, evaluation="duplicate", demonstrators=("hanabi_simple",),

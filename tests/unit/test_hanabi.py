@@ -6,10 +6,12 @@ import copy
 import random
 import re
 import statistics
+from pathlib import Path
 
 import pytest
 from textarena.envs.Hanabi.env import HanabiEnv
 
+from agora.config.run import ConfigError, load_config
 from agora.envs.base import TurnBasedEnv
 from agora.envs.hanabi import (
     COLORS,
@@ -24,6 +26,9 @@ from agora.envs.hanabi import (
     parse_action,
 )
 from agora.envs.registry import make_bot, make_env
+from agora.gateway.episodes import EpisodeCreate
+from agora.gateway.episodes import build_env as gateway_env
+from agora.rollout.seating import build_env
 
 
 def new(num_players: int = 2, seed: int = 0) -> Hanabi:
@@ -267,6 +272,46 @@ def test_hints_update_the_receivers_knowledge_and_follow_the_card():
     assert env.hints[1][1] == [color, None] and env.hints[1][4] == [None, None]
     env.step(f"[Reveal] player 1 card 1 rank {rank}")
     assert f"(from hints): 0 ?, 1 {color} {rank}, 2 ?, 3 ?, 4 ?" in user_prompt(env, 1)
+
+
+def test_mark_playable_marks_exactly_the_cards_that_fit_the_fireworks_now():
+    env = Hanabi(num_players=2, mark_playable=True)
+    env.reset(0)
+    plain = new(2, seed=0)
+    ones = [i for i, (_, rank) in enumerate(env.hands[1]) if rank == 1]
+    assert ones and len(ones) < 5  # seed 0 deals player 1 some 1s and some others
+    shown = re.search(r"^Player 1 has: (.*)$", user_prompt(env, 0), re.MULTILINE).group(1)
+    marked = [int(part.split()[0]) for part in shown.split(", ") if part.endswith("(playable)")]
+    assert marked == ones  # at the start exactly the 1s fit
+    assert "(playable)" not in user_prompt(plain, 0)  # off by default: prompts as before
+    # An own card is marked once its hints prove it fits: a 1 told its rank fits any firework.
+    card = ones[0]
+    env.step(f"[Reveal] player 1 card {card} rank 1")
+    mine = re.search(r"\(from hints\): (.*)$", user_prompt(env, 1), re.MULTILINE).group(1)
+    assert [p for p in mine.split(", ") if p.endswith("(playable)")] == [f"{card} ? 1 (playable)"]
+    env.step(f"[Play] {card}")  # player 1 plays it; that firework is now 1
+    color = env.log[-1].split("(")[1].split()[0]
+    assert env.fireworks[color] == 1
+    # A 1 told only its rank no longer proves it fits once some firework has started.
+    assert not env.known_playable(None, 1) and env.known_playable(color, 2)
+    assert env.known_playable(next(c for c in COLORS if c != color), 1)
+
+
+def test_mark_playable_is_an_option_of_the_hanabi_section():
+    path = Path(__file__).parents[2] / "configs/hanabi_selfplay.yaml"
+    assert load_config(path).environment.hanabi.mark_playable is False
+    cfg = load_config(path, ["environment.hanabi.mark_playable=true"])
+    env = build_env(cfg, {"seed": 0})
+    assert "(playable)" in user_prompt(env, 0)
+    with pytest.raises(ConfigError, match="hanabi.mark_playable"):
+        load_config(path, ["environment.hanabi.mark_playable=true",
+                           "environment.observation=image"])
+    with pytest.raises(ConfigError, match="mark_playabel"):
+        load_config(path, ["environment.hanabi.mark_playabel=true"])
+    # The gateway builds a user's game from its episode spec, which has no options section.
+    user_game = gateway_env(EpisodeCreate(env="hanabi", seats=["user", "policy"],
+                                          observation="image"))
+    assert isinstance(user_game, Hanabi) and not user_game.mark_playable
 
 
 def test_discard_pile_is_shown_grouped_by_color():
