@@ -18,6 +18,7 @@ import re
 import secrets
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,10 @@ class Stack:
     services: list[Service] = field(default_factory=list)
     redis_url: str = ""
     supervisor: Supervisor | None = None  # created by watch(): restarts policy servers, Redis
+    # Set by stop(): a watch() on another thread must not start again a service that stop()
+    # has just killed (it would outlive the stack). The lock orders a restart against a stop.
+    stopping: bool = False
+    _lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # The gateway requires API keys (`agora keys create`) unless this is set (`agora up --open`,
     # for local play): as in compose and k8s, no deployment starts open by default (issue 18).
     open_gateway: bool = False
@@ -136,6 +141,7 @@ class Stack:
         benchmarks drive the queue themselves); ``policy_running=True`` uses vLLM servers
         already listening on the configured ports (tests share one) instead of starting them."""
         cfg, host = self.cfg, self.cfg.services.host
+        self.stopping = False  # a stack stopped and started again is watched again
         external = external_redis_url()
         policies = tuple(f"policy-{key}" for key in cfg.models)
         preflight(cfg, external is not None, running=policies if policy_running else ())
@@ -285,7 +291,7 @@ class Stack:
             self.supervisor = Supervisor(self.cfg.services.restarts,
                                          self.cfg.services.health_timeout_s,
                                          self.run_dir / "logs" / "supervisor.log", on_event)
-        while not self.trainer_finished():
+        while not self.stopping and not self.trainer_finished():
             bad = self.failed()
             if bad is not None:
                 self.supervisor.handle_exit(bad, self.restart)
@@ -295,18 +301,24 @@ class Stack:
 
     def restart(self, old: Service) -> Service:
         """Start a crashed service again: same command, port, environment and data folder.
-        Not waited for (the supervisor checks its health while everything else runs)."""
-        old.kill()  # whatever it forked and left behind (vLLM's engine core) goes with it
-        new = dataclasses.replace(old, process=None).start()
-        self.services = [new if s is old else s for s in self.services]
-        return new
+        Not waited for (the supervisor checks its health while everything else runs). Once
+        stop() has begun, nothing is started: the old service is returned as it is."""
+        with self._lifecycle:
+            if self.stopping:
+                return old
+            old.kill()  # whatever it forked and left behind (vLLM's engine core) goes with it
+            new = dataclasses.replace(old, process=None).start()
+            self.services = [new if s is old else s for s in self.services]
+            return new
 
     def stop(self, keep: tuple[str, ...] = (), grace_s: float = 10.0) -> None:
         """SIGTERM every service's process group at once, then SIGKILL what is left after
         ``grace_s`` (one grace period in total, not one per service)."""
-        going = [s for s in self.services if s.name not in keep]
-        stop_all(going, grace_s)
-        self.services = [s for s in self.services if s.name in keep]
+        with self._lifecycle:
+            self.stopping = True
+            going = [s for s in self.services if s.name not in keep]
+            stop_all(going, grace_s)
+            self.services = [s for s in self.services if s.name in keep]
 
     def __enter__(self) -> Stack:
         return self

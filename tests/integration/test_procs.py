@@ -1,10 +1,16 @@
-"""Process helpers: ports handed to services and test configs."""
+"""Process helpers: ports handed to services and test configs; a stack's stop and watch."""
 
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
-from agora.stack.procs import free_port
+import psutil
+
+from agora.stack.launcher import make_stack
+from agora.stack.procs import Service, free_port
+from tests.stack_helpers import tiny_config
 
 
 def test_free_port_never_hands_out_the_same_port_twice():
@@ -16,3 +22,32 @@ def test_free_port_never_hands_out_the_same_port_twice():
     for port in ports[:20]:  # and each really is free to listen on
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_a_stack_being_stopped_starts_nothing_again(tmp_path):
+    # `stack.watch()` on one thread restarts a policy server that died; `stack.stop()` on
+    # another kills them all. A watch that took stop()'s kill for a crash started the server
+    # again and it outlived the stack (a fault test's teardown found it 30 s later).
+    stack = make_stack(tiny_config(), "stopping", False, runs_root=tmp_path)
+    policy = Service("policy-tiny", ["sleep", "600"], tmp_path / "policy.log").start()
+    stack.services = [policy]
+    errors: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            stack.watch(period_s=0.05)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.3)  # the watch is looping over a live policy server
+    stack.stop(grace_s=2.0)
+    watcher.join(timeout=10)
+    assert not watcher.is_alive() and errors == []
+    assert stack.services == [] and not policy.alive()
+    assert stack.supervisor is not None and stack.supervisor.history == []
+    # and a restart asked for after the stop hands back the dead service, starting nothing
+    assert stack.restart(policy) is policy and not policy.alive()
+    assert [p for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] == ["sleep", "600"] and p.status() != psutil.STATUS_ZOMBIE] == []
