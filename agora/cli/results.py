@@ -18,14 +18,16 @@ def results(
     out: Path = typer.Option(Path("results"), help="folder for results.md, results.json, "
                              "curves.png, the runs and their logs"),
     only: list[str] = typer.Option(None, help="run only this experiment (repeat for more)"),
-    rerun: bool = typer.Option(False, help="run again experiments already done in --out"),
+    rerun: bool = typer.Option(False, help="run again experiments already done in --out "
+                               "(warm starts included)"),
     reread: bool = typer.Option(False, help="read the figures of experiments done before "
                                 "again from their runs' files (runs nothing for them)"),
 ) -> None:
     """Run the plan's experiments (hours for configs/results.yaml), each as the commands a
     user would type, and write results.md: before/after figures with 95% intervals, the
     targets met, what each learner saw; and curves.png. Done experiments are kept: a rerun
-    continues an interrupted plan, and the table holds every experiment done so far."""
+    continues an interrupted plan (a finished warm start too), and the table holds every
+    experiment done so far."""
     from agora.results.commands import check_configs
     from agora.results.plan import load_plan
     from agora.results.report import write_results

@@ -21,6 +21,9 @@ from agora.results.plan import Experiment
 class Step:
     label: str
     args: list[str]  # after ``agora``
+    # The folder the step makes for later steps (a warm start's adapter): a rerun of the
+    # experiment reuses it when it holds the record of this same command (runner.py).
+    product: Path | None = None
 
     def shell(self) -> str:
         return "agora " + shlex.join(self.args)
@@ -91,7 +94,8 @@ def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
         "warm-start", str(exp.config), "--out", str(adapter), "--episodes", str(ws.episodes),
         "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
         "--batch-size", str(ws.batch_size), *([] if ws.opponents else ["--no-opponents"]),
-        *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)])
+        *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)],
+        product=adapter)
 
 
 def outputs(exp: Experiment, runs: Path) -> Outputs:

@@ -4,7 +4,10 @@ Each experiment's commands run as child processes (``python -m agora.cli ...``):
 one starts is stopped by that command as usual, a crash in one experiment cannot take the others
 with it, and its output goes to ``<results>/logs/<name>.log``. Its outcome (figures, targets,
 what the learner saw, curves) is kept in ``<results>/<name>.json``: a rerun skips experiments
-already done, so an interrupted multi-hour plan picks up where it stopped.
+already done, so an interrupted multi-hour plan picks up where it stopped. Within an
+experiment, a step that makes a folder for the next (a warm start's adapter: ~25 min for
+Hanabi) is not run again when the folder holds the record of the same command, so a plan
+stopped after its warm start goes on from the PPO run.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from agora.config.run import load_config
 from agora.evaluation.curves import read_metrics
 from agora.evaluation.learner import learner_summary
 from agora.evaluation.switching import switching_report
-from agora.results.commands import outputs, steps
+from agora.results.commands import Step, outputs, steps
 from agora.results.figures import (
     Estimate,
     Figure,
@@ -40,15 +43,19 @@ FIGURES: dict[str, Callable[[Path], list[Figure]]] = {
 CURVE_KEYS = ("win_rate", "accuracy_last", "hanabi_score", "deal_rate", "pass_rate", "solved",
               "judge_score", "reward_mean")
 LOG_TAIL_LINES = 30
+# Written into a step's product folder once the step exits 0: the command that made it.
+STEP_RECORD = "agora_results_step.json"
 
 
 def outcome_path(out: Path, exp: Experiment) -> Path:
     return out / f"{exp.name}.json"
 
 
-def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = print) -> dict:
+def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = print,
+                   reuse: bool = True) -> dict:
     """Run ``exp``'s commands, read its figures, hold them to its targets; the outcome is
-    written to ``<out>/<name>.json`` and returned (``status``: done or failed)."""
+    written to ``<out>/<name>.json`` and returned (``status``: done or failed). ``reuse``: a
+    step whose product folder was made by the same command before is not run again."""
     runs = out / "runs"
     log_path = out / "logs" / f"{exp.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,14 +66,24 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
     started = time.monotonic()
     with log_path.open("w") as handle:
         for step in plan:
+            if reuse and made_before(step, runs):
+                log(f"{exp.name}: {step.label}: made before by the same command, kept: "
+                    f"{step.product}")
+                handle.write(f"$ {step.shell()}\n(kept from before: {step.product})\n")
+                continue
             log(f"{exp.name}: {step.label}: {step.shell()}")
             handle.write(f"$ {step.shell()}\n")
             handle.flush()
+            if step.product is not None:  # a half-made product must not pass as made
+                (step.product / STEP_RECORD).unlink(missing_ok=True)
             code = subprocess.run([sys.executable, "-m", "agora.cli", *step.args],
                                   stdout=handle, stderr=subprocess.STDOUT).returncode
             if code != 0:
                 outcome.update(status="failed", error=f"'{step.label}' exited {code}")
                 break
+            if step.product is not None and step.product.is_dir():
+                record = {"command": plain_commands([step.shell()], runs)[0]}
+                (step.product / STEP_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     outcome["wall_s"] = round(time.monotonic() - started, 1)
     if outcome.get("status") != "failed":
         read_outcome(exp, out, outcome)
@@ -105,18 +122,31 @@ def kept_outcome(exp: Experiment, out: Path) -> dict | None:
     if not path.is_file():
         return None
     kept = json.loads(path.read_text())
-    # The same folder spelt relative or absolute (--out results, --out /x/results) is the
-    # same experiment: compare the commands with the runs folder's spelling taken out.
     runs = out / "runs"
-    spellings = sorted({str(runs.resolve()), str(runs)}, key=len, reverse=True)
-
-    def plain(commands: list[str]) -> list[str]:
-        for spelling in spellings:
-            commands = [c.replace(spelling, "<runs>") for c in commands]
-        return commands
-
-    same = plain(list(kept.get("commands") or [])) == plain([s.shell() for s in steps(exp, runs)])
+    same = plain_commands(list(kept.get("commands") or []), runs) == plain_commands(
+        [s.shell() for s in steps(exp, runs)], runs)
     return kept if kept.get("status") == "done" and same else None
+
+
+def plain_commands(commands: list[str], runs: Path) -> list[str]:
+    """``commands`` with the runs folder written ``<runs>``: the same folder spelt relative or
+    absolute (--out results, --out /x/results) gives the same experiment."""
+    for spelling in sorted({str(runs.resolve()), str(runs)}, key=len, reverse=True):
+        commands = [c.replace(spelling, "<runs>") for c in commands]
+    return commands
+
+
+def made_before(step: Step, runs: Path) -> bool:
+    """Whether ``step``'s product folder holds the record of this same command (written
+    when it exited 0; removed before a run of it, so a half-made folder never counts)."""
+    if step.product is None:
+        return False
+    try:
+        record = json.loads((step.product / STEP_RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("command") == plain_commands(
+        [step.shell()], runs)[0]
 
 
 def switching(run: Path) -> dict:
@@ -218,5 +248,5 @@ def run_plan(experiments: list[Experiment], out: Path, rerun: bool,
                     "again")
             outcomes.append(kept)
         elif picked:
-            outcomes.append(run_experiment(exp, out, log))
+            outcomes.append(run_experiment(exp, out, log, reuse=not rerun))
     return outcomes

@@ -43,6 +43,8 @@ def test_results_runs_the_plan_writes_the_table_and_keeps_done_experiments(tmp_p
     assert ttt["status"] == "done", ttt.get("log_tail")
     assert [c.split()[1] for c in ttt["commands"]] == ["warm-start", "demo"]
     assert (out / "runs" / "ttt-sft" / "adapter_model.safetensors").is_file()
+    made_by = json.loads((out / "runs" / "ttt-sft" / "agora_results_step.json").read_text())
+    assert made_by["command"].startswith("agora warm-start ")  # a rerun may keep it
     run_config = yaml.safe_load((out / "runs" / "ttt" / "config.yaml").read_text())
     assert run_config["agents"][0]["init_adapter"].endswith("ttt-sft")  # PPO started from it
     figures = {f["name"]: f for f in ttt["figures"]}
