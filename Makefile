@@ -43,6 +43,7 @@ lint: setup
 	$(VENV)/bin/ruff check agora services tests bench
 
 bench: setup
+	$(PY) bench/machine_speed.py
 	$(PY) bench/throughput.py
 	$(PY) bench/hotswap.py
 	$(PY) bench/ppo_update.py

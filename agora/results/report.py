@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 from agora.evaluation.learner import SIGNALS  # noqa: E402
 from agora.results.figures import Estimate, Figure  # noqa: E402
+from agora.results.machine_speed import describe  # noqa: E402
 
 CURVE_SCALE = {"hanabi_score": 1 / 25}  # drawn as a share of the maximum, like the rates
 
@@ -93,6 +94,7 @@ def markdown(outcomes: list[dict], plan_path: Path, made_on: str) -> str:
         lines += ["", f"## {outcome['recipe']} (`{outcome['name']}`)", ""]
         lines += ["```", *outcome["commands"], "```", ""]
         lines.append(f"{outcome.get('wall_s', 0) / 60:.1f} min; log: `{outcome['log']}`.")
+        lines += machine_lines(outcome.get("machine"))
         if outcome["status"] != "done":
             lines += ["", f"**Failed**: {outcome.get('error', '')}. Last lines of the log:", "",
                       "```", outcome.get("log_tail", ""), "```"]
@@ -181,6 +183,15 @@ def plot_switching(outcome: dict, path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def machine_lines(speed: dict | None) -> list[str]:
+    """The probe taken before the experiment (agora/results/machine_speed.py): a reader
+    comparing two runs' minutes-bound figures compares these first."""
+    if not speed:
+        return []
+    noisy = " (**not quiet**)" if speed.get("quiet") is False else ""
+    return ["", f"Machine before it: {describe(speed)}{noisy}."]
 
 
 def switching_lines(report: dict) -> list[str]:

@@ -32,6 +32,7 @@ from agora.results.figures import (
     reflect_figures,
     train_eval_figures,
 )
+from agora.results.machine_speed import probe
 from agora.results.plan import Experiment, Target
 
 FIGURES: dict[str, Callable[[Path], list[Figure]]] = {
@@ -52,10 +53,12 @@ def outcome_path(out: Path, exp: Experiment) -> Path:
 
 
 def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = print,
-                   reuse: bool = True) -> dict:
+                   reuse: bool = True, probe_machine: bool = True) -> dict:
     """Run ``exp``'s commands, read its figures, hold them to its targets; the outcome is
     written to ``<out>/<name>.json`` and returned (``status``: done or failed). ``reuse``: a
-    step whose product folder was made by the same command before is not run again."""
+    step whose product folder was made by the same command before is not run again.
+    ``probe_machine``: time a fixed workload first (~10 s), kept as the outcome's
+    ``machine``, so figures bought with minutes can be read against the machine's speed."""
     runs = out / "runs"
     log_path = out / "logs" / f"{exp.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +66,8 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
     outcome: dict = {"name": exp.name, "recipe": exp.recipe, "kind": exp.kind,
                      "commands": [s.shell() for s in plan], "log": str(log_path),
                      "targets": [], "figures": [], "learner": {}, "curves": {}}
+    if probe_machine:
+        outcome["machine"] = machine_before(exp, log)
     started = time.monotonic()
     with log_path.open("w") as handle:
         for step in plan:
@@ -92,6 +97,18 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
         outcome["log_tail"] = "\n".join(lines[-LOG_TAIL_LINES:])
     outcome_path(out, exp).write_text(json.dumps(outcome, indent=2) + "\n")
     return outcome
+
+
+def machine_before(exp: Experiment, log: Callable[[str], None]) -> dict:
+    """The machine's speed just before ``exp`` runs, logged, with a warning when other
+    processes used the CPU meanwhile (a time budget then buys less than on a quiet machine)."""
+    speed = probe()
+    log(f"{exp.name}: machine: {speed.line()}")
+    if speed.quiet is False:
+        log(f"{exp.name}: warning: the machine is not quiet ({speed.others_share:.0%} of its "
+            "CPU went to other processes while it was probed); figures bought with minutes "
+            "are not comparable with a quiet run's")
+    return speed.as_dict()
 
 
 def read_outcome(exp: Experiment, out: Path, outcome: dict) -> dict:
@@ -227,7 +244,7 @@ def training_curve(metrics_path: Path) -> dict:
 
 def run_plan(experiments: list[Experiment], out: Path, rerun: bool,
              log: Callable[[str], None] = print, chosen: set[str] | None = None,
-             reread: bool = False) -> list[dict]:
+             reread: bool = False, probe_machine: bool = True) -> list[dict]:
     """Every experiment's outcome, in plan order. ``chosen`` (default: all) run now unless
     done before (``rerun``: run anyway); the others appear only if done before, so a table
     made after ``--only X`` still holds every finished experiment. ``reread``: done
@@ -248,5 +265,6 @@ def run_plan(experiments: list[Experiment], out: Path, rerun: bool,
                     "again")
             outcomes.append(kept)
         elif picked:
-            outcomes.append(run_experiment(exp, out, log, reuse=not rerun))
+            outcomes.append(run_experiment(exp, out, log, reuse=not rerun,
+                                           probe_machine=probe_machine))
     return outcomes

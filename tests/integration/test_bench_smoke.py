@@ -43,3 +43,15 @@ def test_judge_signal_bench_runs_both_readings(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     section = results.read_text()
     assert "| sampled (constrained) |" in section and "| probabilities (logprobs) |" in section
+
+
+def test_machine_speed_bench_writes_the_probe(tmp_path):
+    results = tmp_path / "results.md"
+    done = subprocess.run(
+        [sys.executable, "bench/machine_speed.py", "--repeats", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    section = results.read_text()
+    assert "## machine_speed.py, " in section
+    assert "| matmul 1024x1024 fp32 (GFLOP/s) |" in section and "fwd+bwd, 512 tokens" in section

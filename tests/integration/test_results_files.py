@@ -49,25 +49,29 @@ def test_a_rerun_keeps_a_warm_start_made_by_the_same_command(tmp_path, monkeypat
 
     first = run_experiment(exp, out, lines.append)
     assert first["error"] == "'train + evaluate' exited 2"
+    # the machine probed before the experiment, logged and kept in its outcome
+    assert lines[0].startswith("h: machine: matmul ") and "GFLOP/s on 1 thread" in lines[0]
+    assert first["machine"]["block_ms_1t"] > 0
+    assert json.loads((out / "h.json").read_text())["machine"] == first["machine"]
     record = json.loads((adapter / STEP_RECORD).read_text())
     assert record == {"command": "agora config reference"}
 
-    lines.clear()
-    second = run_experiment(exp, out, lines.append)
+    lines.clear()  # (the probe is left out from here on: its figures were checked above)
+    second = run_experiment(exp, out, lines.append, probe_machine=False)
     assert second["error"] == "'train + evaluate' exited 2"  # the failed step runs again
     assert lines[0] == f"h: warm start: made before by the same command, kept: {adapter}"
     assert lines[1].startswith("h: train + evaluate: agora config reference --no-such-option")
     assert "(kept from before" in (out / "logs" / "h.log").read_text()
 
     lines.clear()  # --rerun makes it again
-    run_experiment(exp, out, lines.append, reuse=False)
+    run_experiment(exp, out, lines.append, reuse=False, probe_machine=False)
     assert lines[0] == "h: warm start: agora config reference"
     lines.clear()  # another command (say, more SFT steps) makes it again
     planned[0] = Step("warm start", ["config", "reference", "--help"], product=adapter)
-    run_experiment(exp, out, lines.append)
+    run_experiment(exp, out, lines.append, probe_machine=False)
     assert lines[0] == "h: warm start: agora config reference --help"
     assert json.loads((adapter / STEP_RECORD).read_text())["command"].endswith("--help")
     lines.clear()  # and a step that failed leaves no record behind: not kept next time
     planned[0] = Step("warm start", ["config", "reference", "--bad"], product=adapter)
-    run_experiment(exp, out, lines.append)
+    run_experiment(exp, out, lines.append, probe_machine=False)
     assert not (adapter / STEP_RECORD).exists()
