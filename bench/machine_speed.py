@@ -24,6 +24,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     speed = probe(args.threads, args.repeats)
     rows = [["matmul 1024x1024 fp32 (GFLOP/s)", speed.matmul_gflops_1t, speed.matmul_gflops_all],
+            ["matmul 1024x1024 bf16 (GFLOP/s)", speed.matmul_bf16_gflops_1t, "-"],
             ["SmolLM2-shaped block fwd+bwd, 512 tokens (ms)", speed.block_ms_1t,
              speed.block_ms_all]]
     shares = ("unknown (no /proc/stat)" if speed.others_share is None else
@@ -31,8 +32,8 @@ def main() -> None:
     quiet = {True: "quiet", False: f"**not quiet** (others above {BUSY_SHARE:.0%})",
              None: "quietness unknown"}[speed.quiet]
     body = "\n".join([
-        f"1-min load average {load:.2f} before; during the probe ({speed.seconds} s) the CPU "
-        f"went {shares}: {quiet}. Median of {args.repeats}.", "",
+        f"CPU: {speed.cpu}. 1-min load average {load:.2f} before; during the probe "
+        f"({speed.seconds} s) the CPU went {shares}: {quiet}. Median of {args.repeats}.", "",
         markdown_table(["workload", "1 thread", f"{speed.threads} threads"], rows)])
     print(body)
     print(f"appended to {append_section('machine_speed.py', body)}")

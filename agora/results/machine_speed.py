@@ -6,9 +6,12 @@ at roughly half the updates it got on 2026-11-26, with nothing else running in t
 A probe taken before each experiment turns "the machine seemed slow" into a figure that
 travels with the results: the same fixed workload, timed the same way, on every machine.
 
-The probe times two things that dominate agora's CPU runs, each on one thread and on all of
-them: a square fp32 matmul (GFLOP/s) and the forward + backward of one decoder block shaped
-like SmolLM2-135M's (hidden 576, 9 heads, MLP 1536) over 512 tokens. Around it, /proc/stat
+The probe names the CPU (model, torch's vector capability, AMX or not: the learner autocasts
+to bf16 where the CPU has it, and bf16 matmuls run ~2.5x fp32's speed on AVX-512 and far
+more on AMX, so a different host under the same "2 cores" changes the minutes' worth) and
+times what dominates agora's CPU runs: a square fp32 matmul (GFLOP/s) and the forward +
+backward of one decoder block shaped like SmolLM2-135M's (hidden 576, 9 heads, MLP 1536) over
+512 tokens, each on one thread and on all of them, and a bf16 matmul on one. Around it, /proc/stat
 says how much of the machine's CPU went elsewhere while it ran: to other processes (a
 machine is quiet when that is near 0) and to the hypervisor (steal). Written by hand because
 no library we use times a fixed torch workload and reads /proc/stat's shares together.
@@ -25,6 +28,7 @@ from pathlib import Path
 import torch
 
 PROC_STAT = Path("/proc/stat")
+CPUINFO = Path("/proc/cpuinfo")
 MATMUL_SIZE = 1024
 # SmolLM2-135M's block: hidden 576, 9 heads of 64, MLP 1536 (its config.json).
 HIDDEN, HEADS, MLP = 576, 9, 1536
@@ -55,11 +59,30 @@ class CpuTimes:
         return cls(user + nice + system + irq + softirq, idle + iowait, steal)
 
 
+def cpu_name(cpuinfo: Path = CPUINFO) -> str:
+    """``AMD EPYC (AVX512)``: /proc/cpuinfo's model name, torch's CPU capability, and ``AMX``
+    where the flags list it (bf16 matmuls on AMX tiles)."""
+    model, amx = "unknown CPU", False
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags":
+                amx = amx or "amx_bf16" in value.split()
+    except OSError:
+        pass
+    extras = [torch.backends.cpu.get_cpu_capability(), *(["AMX"] if amx else [])]
+    return f"{model} ({', '.join(extras)})"
+
+
 @dataclass(frozen=True)
 class MachineSpeed:
+    cpu: str  # cpu_name()
     threads: int  # torch's thread count for the "all" figures
     matmul_gflops_1t: float
     matmul_gflops_all: float
+    matmul_bf16_gflops_1t: float
     block_ms_1t: float  # one decoder block, forward + backward, 512 tokens
     block_ms_all: float
     others_share: float | None  # of the machine's CPU time during the probe, not ours
@@ -78,12 +101,17 @@ class MachineSpeed:
 
 
 def describe(speed: dict) -> str:
-    """One line of a probe's figures (``MachineSpeed.as_dict()``, as kept in an outcome)."""
+    """One line of a probe's figures (``MachineSpeed.as_dict()``, as kept in an outcome; the
+    CPU's name and the bf16 figure are left out of outcomes probed before they existed)."""
     threads = speed["threads"]
+    bf16 = speed.get("matmul_bf16_gflops_1t")
     line = (f"matmul {speed['matmul_gflops_1t']:.0f} GFLOP/s on 1 thread, "
-            f"{speed['matmul_gflops_all']:.0f} on {threads}; one decoder block forward + "
-            f"backward {speed['block_ms_1t']:.0f} ms on 1 thread, {speed['block_ms_all']:.0f} "
+            f"{speed['matmul_gflops_all']:.0f} on {threads}"
+            f"{'' if bf16 is None else f', bf16 {bf16:.0f} on 1'}; one decoder block forward "
+            f"+ backward {speed['block_ms_1t']:.0f} ms on 1 thread, {speed['block_ms_all']:.0f} "
             f"ms on {threads}")
+    if speed.get("cpu"):
+        line = f"{speed['cpu']}: {line}"
     if speed.get("others_share") is not None:
         line += (f"; other processes {speed['others_share']:.0%}, steal "
                  f"{speed['steal_share']:.0%} of the CPU")
@@ -100,10 +128,10 @@ def _median_seconds(work, repeats: int = REPEATS) -> float:
     return statistics.median(times)
 
 
-def _matmul_work():
+def _matmul_work(dtype: torch.dtype = torch.float32):
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen)
-    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen)
+    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(dtype)
+    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(dtype)
     return lambda: torch.mm(a, b)
 
 
@@ -151,11 +179,14 @@ def probe(threads: int | None = None, repeats: int = REPEATS) -> MachineSpeed:
             matmul = _median_seconds(_matmul_work(), repeats)
             figures[f"matmul_gflops_{label}"] = flops / matmul / 1e9
             figures[f"block_ms_{label}"] = _median_seconds(_block_work(), repeats) * 1000
+            if n == 1:
+                bf16 = _median_seconds(_matmul_work(torch.bfloat16), repeats)
+                figures["matmul_bf16_gflops_1t"] = flops / bf16 / 1e9
     finally:
         torch.set_num_threads(saved)
     own = time.process_time() - own_start
     cpu_end, seconds = CpuTimes.read(), time.monotonic() - wall_start
-    return MachineSpeed(threads=threads, seconds=round(seconds, 1),
+    return MachineSpeed(cpu=cpu_name(), threads=threads, seconds=round(seconds, 1),
                         **{k: round(v, 1) for k, v in figures.items()},
                         **cpu_shares(cpu_start, cpu_end, own))
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agora.results.machine_speed import CpuTimes, cpu_shares, describe
+from agora.results.machine_speed import CpuTimes, cpu_name, cpu_shares, describe
 from agora.results.report import machine_lines
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -38,13 +38,29 @@ def test_without_a_readable_proc_stat_the_shares_are_unknown(tmp_path):
 
 
 def test_results_md_says_what_the_machine_was_doing_before_an_experiment():
-    speed = {"threads": 2, "matmul_gflops_1t": 61.4, "matmul_gflops_all": 110.2,
+    speed = {"cpu": "AMD EPYC (AVX512)", "threads": 2, "matmul_gflops_1t": 61.4,
+             "matmul_gflops_all": 110.2, "matmul_bf16_gflops_1t": 150.0,
              "block_ms_1t": 140.2, "block_ms_all": 88.0, "others_share": 0.42,
              "steal_share": 0.01, "seconds": 8.0, "quiet": False}
     (line,) = [x for x in machine_lines(speed) if x]
-    assert line.startswith("Machine before it: matmul 61 GFLOP/s on 1 thread, 110 on 2;")
+    assert line.startswith("Machine before it: AMD EPYC (AVX512): matmul 61 GFLOP/s on 1 "
+                           "thread, 110 on 2, bf16 150 on 1;")
     assert "block forward + backward 140 ms on 1 thread, 88 ms on 2" in line
     assert line.endswith("other processes 42%, steal 1% of the CPU (**not quiet**).")
     unknown = {**speed, "others_share": None, "steal_share": None, "quiet": None}
     assert describe(unknown).endswith("88 ms on 2") and "quiet" not in machine_lines(unknown)[1]
+    # an outcome probed before the CPU's name and bf16 were kept still reads
+    older = {k: v for k, v in unknown.items() if k not in ("cpu", "matmul_bf16_gflops_1t")}
+    assert describe(older).startswith("matmul 61 GFLOP/s on 1 thread, 110 on 2; one decoder")
     assert machine_lines(None) == []  # outcomes kept from before the probe existed
+
+
+def test_the_cpu_is_named_with_its_capability_and_amx_when_it_has_it(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx512f "
+                    "amx_bf16 amx_tile\n\nprocessor\t: 1\nmodel name\t: Intel Xeon\n")
+    name = cpu_name(info)
+    assert name.startswith("Intel Xeon (") and name.endswith(", AMX)")
+    info.write_text("model name\t: AMD EPYC\nflags\t\t: fpu avx512f avx512_bf16\n")
+    assert "AMX" not in cpu_name(info) and cpu_name(info).startswith("AMD EPYC (")
+    assert cpu_name(tmp_path / "missing").startswith("unknown CPU (")
