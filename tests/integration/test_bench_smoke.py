@@ -17,41 +17,34 @@ from tests.stack_helpers import tiny_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run_bench(tmp_path: Path, args: list[str], timeout: int) -> str:
+    """``python bench/<args>`` writing to a scratch results file: the section it appended."""
+    results = tmp_path / "results.md"
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return results.read_text()
+
+
 @pytest.mark.parametrize("turn_set", ["ttt32", "disc32"])
 def test_ppo_update_bench_runs_on_the_current_learner(tmp_path, turn_set):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(tiny_config().model_dump(mode="json")))
-    results = tmp_path / "results.md"
-    done = subprocess.run(
-        [sys.executable, "bench/ppo_update.py", "--config", str(config), "--device", "cpu",
-         "--dtype", "fp32", "--set", turn_set, "--turns", "4", "--repeats", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    section = results.read_text()
+    section = run_bench(tmp_path, [
+        "bench/ppo_update.py", "--config", str(config), "--device", "cpu", "--dtype", "fp32",
+        "--set", turn_set, "--turns", "4", "--repeats", "1"], timeout=600)
     for row in ("floor (fwd+bwd)", "PPO update, sharing on", "PPO update, sharing off"):
         assert row in section
 
 
 def test_judge_signal_bench_runs_both_readings(tmp_path):
     """bench/judge_signal.py on tiny-random: a vLLM server, both readings, one table."""
-    results = tmp_path / "results.md"
-    done = subprocess.run(
-        [sys.executable, "bench/judge_signal.py", "--model", "tiny-random"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    section = results.read_text()
+    section = run_bench(tmp_path, ["bench/judge_signal.py", "--model", "tiny-random"],
+                        timeout=900)
     assert "| sampled (constrained) |" in section and "| probabilities (logprobs) |" in section
 
 
 def test_machine_speed_bench_writes_the_probe(tmp_path):
-    results = tmp_path / "results.md"
-    done = subprocess.run(
-        [sys.executable, "bench/machine_speed.py", "--repeats", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "AGORA_BENCH_RESULTS": str(results)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    section = results.read_text()
+    section = run_bench(tmp_path, ["bench/machine_speed.py", "--repeats", "1"], timeout=300)
     assert "## machine_speed.py, " in section
     assert "| matmul 1024x1024 fp32 (GFLOP/s) |" in section and "fwd+bwd, 512 tokens" in section
