@@ -6,9 +6,10 @@ at roughly half the updates it got on 2026-11-26, with nothing else running in t
 A probe taken before each experiment turns "the machine seemed slow" into a figure that
 travels with the results: the same fixed workload, timed the same way, on every machine.
 
-The probe names the CPU (model, torch's vector capability, AMX or not: the learner autocasts
-to bf16 where the CPU has it, and bf16 matmuls run ~2.5x fp32's speed on AVX-512 and far
-more on AMX, so a different host under the same "2 cores" changes the minutes' worth) and
+The probe names the CPU (model, torch's vector capability, and AVX512-BF16 / AMX or neither:
+the learner autocasts to bf16 only where the CPU has them, bf16 matmuls run ~2.5x fp32's
+speed with AVX512-BF16 and far faster on AMX, so a different host under the same "2 cores"
+changes what the minutes are worth) and
 times what dominates agora's CPU runs: a square fp32 matmul (GFLOP/s) and the forward +
 backward of one decoder block shaped like SmolLM2-135M's (hidden 576, 9 heads, MLP 1536) over
 512 tokens, each on one thread and on all of them, and a bf16 matmul on one. Around it, /proc/stat
@@ -27,8 +28,9 @@ from pathlib import Path
 
 import torch
 
+from agora.stack.hardware import FAST_BF16_FLAGS, cpu_flags, cpu_model
+
 PROC_STAT = Path("/proc/stat")
-CPUINFO = Path("/proc/cpuinfo")
 MATMUL_SIZE = 1024
 # SmolLM2-135M's block: hidden 576, 9 heads of 64, MLP 1536 (its config.json).
 HIDDEN, HEADS, MLP = 576, 9, 1536
@@ -59,21 +61,14 @@ class CpuTimes:
         return cls(user + nice + system + irq + softirq, idle + iowait, steal)
 
 
-def cpu_name(cpuinfo: Path = CPUINFO) -> str:
-    """``AMD EPYC (AVX512)``: /proc/cpuinfo's model name, torch's CPU capability, and ``AMX``
-    where the flags list it (bf16 matmuls on AMX tiles)."""
-    model, amx = "unknown CPU", False
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown CPU":
-                model = value.strip()
-            elif key.strip() == "flags":
-                amx = amx or "amx_bf16" in value.split()
-    except OSError:
-        pass
-    extras = [torch.backends.cpu.get_cpu_capability(), *(["AMX"] if amx else [])]
-    return f"{model} ({', '.join(extras)})"
+def cpu_name(model: str | None = None, flags: frozenset[str] | None = None) -> str:
+    """``AMD EPYC (AVX512, bf16: avx512_bf16)``: the CPU's model, torch's capability and the
+    flags that make the learner's bf16 autocast pay (``bf16: none`` where it computes in fp32);
+    this machine's own by default."""
+    model = cpu_model() if model is None else model
+    flags = cpu_flags() if flags is None else flags
+    fast = [f for f in FAST_BF16_FLAGS if f in flags] or ["none"]
+    return f"{model} ({torch.backends.cpu.get_cpu_capability()}, bf16: {'+'.join(fast)})"
 
 
 @dataclass(frozen=True)

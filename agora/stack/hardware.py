@@ -8,21 +8,34 @@ import functools
 import os
 from pathlib import Path
 
+FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
-@functools.cache
-def cpu_flags() -> frozenset[str]:
+
+def _cpuinfo_field(name: str) -> str | None:
+    """The first ``name : value`` line of /proc/cpuinfo (every core lists the same)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return frozenset()
+        return None
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return None
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    return frozenset((_cpuinfo_field("flags") or "").split())
+
+
+@functools.cache
+def cpu_model() -> str:
+    return _cpuinfo_field("model name") or "unknown CPU"
 
 
 def cpu_has_fast_bf16() -> bool:
-    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    return bool(set(FAST_BF16_FLAGS) & cpu_flags())
 
 
 def serving_dtype(requested: str) -> str:

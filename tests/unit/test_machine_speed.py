@@ -55,12 +55,8 @@ def test_results_md_says_what_the_machine_was_doing_before_an_experiment():
     assert machine_lines(None) == []  # outcomes kept from before the probe existed
 
 
-def test_the_cpu_is_named_with_its_capability_and_amx_when_it_has_it(tmp_path):
-    info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx512f "
-                    "amx_bf16 amx_tile\n\nprocessor\t: 1\nmodel name\t: Intel Xeon\n")
-    name = cpu_name(info)
-    assert name.startswith("Intel Xeon (") and name.endswith(", AMX)")
-    info.write_text("model name\t: AMD EPYC\nflags\t\t: fpu avx512f avx512_bf16\n")
-    assert "AMX" not in cpu_name(info) and cpu_name(info).startswith("AMD EPYC (")
-    assert cpu_name(tmp_path / "missing").startswith("unknown CPU (")
+def test_the_cpu_is_named_with_the_flags_that_make_bf16_pay():
+    xeon = cpu_name("Intel Xeon", frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}))
+    assert xeon.startswith("Intel Xeon (") and xeon.endswith(", bf16: avx512_bf16+amx_bf16)")
+    assert cpu_name("Old Xeon", frozenset({"avx2"})).endswith(", bf16: none)")
+    assert cpu_name().endswith(")")  # this machine's own, whatever it is
