@@ -160,7 +160,7 @@ def _block_work():
 
 
 def probe(threads: int | None = None, repeats: int = REPEATS) -> MachineSpeed:
-    """Time the fixed workload (~5-10 s on 2 cores) on 1 thread and on ``threads`` (default:
+    """Time the fixed workload (~3 s on 2 quiet cores) on 1 thread and on ``threads`` (default:
     the CPUs this process may use), the median of ``repeats``, and the CPU shares around it.
     Restores torch's thread count."""
     threads = threads or len(os.sched_getaffinity(0))

@@ -57,7 +57,7 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
     """Run ``exp``'s commands, read its figures, hold them to its targets; the outcome is
     written to ``<out>/<name>.json`` and returned (``status``: done or failed). ``reuse``: a
     step whose product folder was made by the same command before is not run again.
-    ``probe_machine``: time a fixed workload first (~10 s), kept as the outcome's
+    ``probe_machine``: time a fixed workload first (~3 s), kept as the outcome's
     ``machine``, so figures bought with minutes can be read against the machine's speed."""
     runs = out / "runs"
     log_path = out / "logs" / f"{exp.name}.log"
