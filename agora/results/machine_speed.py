@@ -9,11 +9,11 @@ travels with the results: the same fixed workload, timed the same way, on every 
 The probe names the CPU (model, torch's vector capability, and AVX512-BF16 / AMX or neither:
 the learner autocasts to bf16 only where the CPU has them, bf16 matmuls run ~2.5x fp32's
 speed with AVX512-BF16 and far faster on AMX, so a different host under the same "2 cores"
-changes what the minutes are worth) and
-times what dominates agora's CPU runs: a square fp32 matmul (GFLOP/s) and the forward +
-backward of one decoder block shaped like SmolLM2-135M's (hidden 576, 9 heads, MLP 1536) over
-512 tokens, each on one thread and on all of them, and a bf16 matmul on one. Around it, /proc/stat
-says how much of the machine's CPU went elsewhere while it ran: to other processes (a
+changes what the minutes are worth) and times what dominates agora's CPU runs: a square
+fp32 matmul (GFLOP/s) and the forward + backward of one decoder block shaped like
+SmolLM2-135M's (hidden 576, 9 heads, MLP 1536) over 512 tokens, each on one thread and on all
+of them, and a bf16 matmul on one. Around it, /proc/stat says how much
+of the machine's CPU went elsewhere while it ran: to other processes (a
 machine is quiet when that is near 0) and to the hypervisor (steal). Written by hand because
 no library we use times a fixed torch workload and reads /proc/stat's shares together.
 """
