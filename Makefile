@@ -47,6 +47,7 @@ bench: setup
 	$(PY) bench/throughput.py
 	$(PY) bench/hotswap.py
 	$(PY) bench/ppo_update.py
+	$(PY) bench/shared_base.py
 	$(PY) bench/gateway_load.py
 	$(PY) bench/trl_ppo.py
 

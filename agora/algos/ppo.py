@@ -65,6 +65,7 @@ from agora.algos.advantages import gae, group_advantages, learning_signal, white
 from agora.algos.batch import Batch, TurnSample, collate
 from agora.algos.compute import ComputeConfig, Placement, resolve
 from agora.algos.distributed import DataParallel
+from agora.algos.shared_base import SharedBase, adapter_name
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
 from agora.envs.images import decode_data_url
@@ -148,12 +149,16 @@ class PPOLearner:
 
     ``compute`` is the run's ``trainer:`` section (device, dtype, attention kernel);
     ``placement``, when given, is used as it is instead (tests put a learner on devices a
-    config cannot name)."""
+    config cannot name). ``shared_base``: a LoRA learner adds its adapter to the base model
+    other agents already loaded there, instead of loading a copy of its own
+    (agora/algos/shared_base.py; not for full weights, vision-language models or sharded
+    learners, which own their modules)."""
 
     def __init__(self, model_path: str, agent: AgentConfig, ppo: PPOConfig, seed: int = 0,
                  compute: ComputeConfig | None = None,
                  placement: Placement | None = None,
-                 parallel: DataParallel = distributed.SINGLE) -> None:
+                 parallel: DataParallel = distributed.SINGLE,
+                 shared_base: SharedBase | None = None) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
@@ -188,12 +193,24 @@ class PPOLearner:
 
             self.image_processor = AutoProcessor.from_pretrained(model_path).image_processor
         model_class = AutoModelForImageTextToText if self.vision else AutoModelForCausalLM
-        # Full weights train as fp32 master weights (autocast does the bf16 math).
-        base = model_class.from_pretrained(
-            model_path, **self.placement.model_kwargs(full_weights=self.full_weights))
-        base.config.use_cache = False
+
+        def load_base() -> nn.Module:
+            # Full weights train as fp32 master weights (autocast does the bf16 math).
+            loaded = model_class.from_pretrained(
+                model_path, **self.placement.model_kwargs(full_weights=self.full_weights))
+            loaded.config.use_cache = False
+            return loaded
+
+        self.shared = (shared_base is not None and not self.full_weights and not self.vision
+                       and not parallel.sharded)
+        # The trained adapter's name ("default" on a base of its own) and the frozen
+        # reference adapter's, if any (see below).
+        self.adapter = adapter_name(agent.name) if self.shared else "default"
+        self.reference_adapter = (f"{REFERENCE_ADAPTER}_{self.adapter}" if self.shared
+                                  else REFERENCE_ADAPTER)
         self.reference_forward: ActionForward | None = None
         if self.full_weights:
+            base = load_base()
             # The KL reference and the critic's features: a frozen copy of the base (LoRA
             # gets both from the same weights with the adapter switched off).
             self.model = base.to(self.device)
@@ -213,6 +230,7 @@ class PPOLearner:
         else:
             # A VLM's targets are named in full: only its language model's projections (the
             # vision tower has q/k/v_proj too), which is what vLLM serves LoRA on.
+            base = None if self.shared else load_base()
             targets = (language_model_targets(base, agent.lora_targets, agent.lora_layers)
                        if self.vision else list(agent.lora_targets))
             lora = LoraConfig(
@@ -223,17 +241,25 @@ class PPOLearner:
                 layers_to_transform=None if self.vision else agent.lora_layers,
                 task_type="CAUSAL_LM",
             )
-            self.model = get_peft_model(base, lora).to(self.device)
+            # Seeded here, after loading: the adapter's initial weights do not depend on
+            # whether this learner loaded the base or found it shared.
+            torch.manual_seed(seed)
+            if self.shared:
+                self.model = shared_base.peft_model(self._base_key(model_path), load_base,
+                                                    lora, self.adapter, self.device)
+            else:
+                self.model = get_peft_model(base, lora).to(self.device)
             if agent.init_adapter:
                 weights = self._read_adapter(Path(agent.init_adapter).expanduser())
-                self._set_adapter_weights(weights, "default")
+                self._set_adapter_weights(weights, self.adapter)
                 if agent.kl_reference == "init":
                     # The KL reference is the policy PPO starts from: the same weights as a
                     # second, frozen adapter the reference forward switches to.
-                    self.model.add_adapter(REFERENCE_ADAPTER, lora)
-                    self._set_adapter_weights(weights, REFERENCE_ADAPTER)
-                    self.model.set_adapter("default")  # default trains, the reference not
-        self.value_head = ValueHead(base.config.get_text_config().hidden_size).to(self.device)
+                    self.model.add_adapter(self.reference_adapter, lora)
+                    self._set_adapter_weights(weights, self.reference_adapter)
+            self._activate()  # this adapter trains, every other one (a reference) not
+        hidden = self._causal_lm().config.get_text_config().hidden_size
+        self.value_head = ValueHead(hidden).to(self.device)
         body = self._causal_lm().model
         # Dynamic shapes: every batch has its own length. The decoder is what costs.
         self.forward_module = ActionForward(
@@ -245,7 +271,8 @@ class PPOLearner:
                 distributed.shard(self.reference_forward,
                                   list(self.reference_forward.model.model.layers))
             distributed.shard(self.value_head, [])
-        self.policy_params = [p for p in self.model.parameters() if p.requires_grad]
+        self.policy_params = [param for _, param in self._saved_parameters()
+                              if param.requires_grad]
         # Fused AdamW: one kernel for all parameters, step counters on the device (the
         # default per-parameter loop reads each counter back to the host, every step).
         self.policy_opt = torch.optim.AdamW(self.policy_params, lr=ppo.learning_rate,
@@ -256,6 +283,18 @@ class PPOLearner:
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.placement.dtype == torch.float16)
         self.updates = 0
+
+    def _base_key(self, model_path: str) -> tuple[str, ...]:
+        """Which learners may share a base: same weights, device, dtype and attention."""
+        return (model_path, str(self.device), str(self.placement.weights_dtype),
+                self.placement.attn_implementation)
+
+    def _activate(self) -> None:
+        """Make this learner's adapter the one the model runs and trains. PEFT's set_adapter
+        also sets requires_grad on that adapter alone: on a shared base the other agents'
+        adapters (and any frozen reference) stay out of this learner's backward."""
+        if not self.full_weights:
+            self.model.set_adapter(self.adapter)
 
     @staticmethod
     def _refuse_unsupported_vision_setup(agent: AgentConfig, parallel: DataParallel) -> None:
@@ -302,18 +341,18 @@ class PPOLearner:
 
     @property
     def has_reference_adapter(self) -> bool:
-        return not self.full_weights and REFERENCE_ADAPTER in self.model.peft_config
+        return not self.full_weights and self.reference_adapter in self.model.peft_config
 
     @contextlib.contextmanager
     def _reference_adapter_active(self):
         """Forward with the frozen reference adapter instead of the trained one. PEFT's
-        set_adapter also sets which adapter requires grad, so switching back to ``default``
-        leaves exactly the trained adapter trainable, as before."""
-        self.model.set_adapter(REFERENCE_ADAPTER, inference_mode=True)
+        set_adapter also sets which adapter requires grad, so switching back to the trained
+        adapter leaves exactly it trainable, as before."""
+        self.model.set_adapter(self.reference_adapter, inference_mode=True)
         try:
             yield
         finally:
-            self.model.set_adapter("default")
+            self._activate()
 
     def _autocast(self):
         return self.placement.autocast()
@@ -450,6 +489,7 @@ class PPOLearner:
         return lr
 
     def update(self, samples: list[TurnSample]) -> dict[str, float]:
+        self._activate()  # on a shared base another learner's adapter may be on
         samples, masks, off_grammar = self._masked_samples([s for s in samples
                                                             if s.completion_ids])
         world = self.parallel.world
@@ -614,10 +654,13 @@ class PPOLearner:
 
     # --- persistence ----------------------------------------------------------------------
     def _saved_parameters(self) -> list[tuple[str, nn.Parameter]]:
-        """What a saved policy holds: LoRA's weights, or the whole model (frozen embeddings
+        """What a saved policy holds: this learner's LoRA adapter (by name: on a shared base
+        the model holds other agents' adapters too), or the whole model (frozen embeddings
         included: vLLM serves the folder)."""
-        return [(name, param) for name, param in self.forward_module.named_parameters()
-                if param.requires_grad or self.full_weights]
+        named = self.forward_module.named_parameters()
+        if self.full_weights:
+            return list(named)
+        return [(name, param) for name, param in named if f".{self.adapter}." in name]
 
     def _trained_state(self) -> dict[str, torch.Tensor]:
         """The saved weights (``_saved_parameters``), whole, on the first process's host, keyed
@@ -638,7 +681,13 @@ class PPOLearner:
             path.mkdir(parents=True, exist_ok=True)
             # Only the trained adapter: a reference adapter would land in a subfolder.
             self.model.save_pretrained(str(path), state_dict=state,
-                                       selected_adapters=["default"])
+                                       selected_adapters=[self.adapter])
+            if self.adapter != "default":
+                # PEFT writes a named adapter into a subfolder of that name; vLLM and
+                # ``init_adapter`` read the folder itself.
+                for written in (path / self.adapter).iterdir():
+                    written.replace(path / written.name)
+                (path / self.adapter).rmdir()
         return path
 
     def save_weights(self, path: Path) -> Path:
@@ -675,7 +724,7 @@ class PPOLearner:
         """Put saved weights (PEFT adapter file names, or a model folder's) back, sharded or
         not. An adapter file names a weight without its adapter ("...lora_A.weight"), the
         model with it ("...lora_A.default.weight")."""
-        names = {name.removeprefix("model.").replace(".default", ""): name
+        names = {name.removeprefix("model.").replace(f".{self.adapter}.", "."): name
                  for name, _ in self._saved_parameters()}
         unexpected = sorted(set(saved) - set(names))
         if unexpected:
@@ -704,6 +753,7 @@ class PPOLearner:
     def sequence_logprobs(self, sample: TurnSample) -> list[float]:
         """Logprobs of the completion tokens under the current adapter (tests compare these
         with vLLM's)."""
+        self._activate()
         batch = collate([sample], self.pad_id, self.action_masks([sample])).to(self.device)
         with torch.no_grad(), self._autocast():
             _, logits = self._action_forward(batch)

@@ -95,4 +95,8 @@ class TrainerConfig(ComputeConfig):
     # waited behind each PPO update and rollouts stalled (measured: 40 s between updates of
     # 20 s). A niced trainer yields to them at once and still gets the rest of the core.
     nice: int = Field(10, ge=0, le=19)
+    # LoRA agents of one base model (same device and dtype) train on one copy of it, one
+    # adapter each (agora/algos/shared_base.py): a three-agent discussion holds the base once,
+    # not three times. Same updates as apart (tested); false = a copy per learner.
+    share_base: bool = True
 

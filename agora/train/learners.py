@@ -17,6 +17,7 @@ from agora.algos import distributed
 from agora.algos.compute import Placement, resolve
 from agora.algos.distributed import DataParallel
 from agora.algos.ppo import PPOLearner
+from agora.algos.shared_base import SharedBase
 from agora.config.run import RunConfig
 from agora.serving.model_folders import resolve_model
 from agora.stack.hardware import pin_to_last_cpus
@@ -56,10 +57,20 @@ def build_learners(cfg: RunConfig, placements: dict[str, Placement],
     agent is an adapter name on its server; it is just never updated."""
     if all(p.on_cpu for p in placements.values()):
         torch.set_num_threads(cfg.trainer.torch_threads)
-    return {agent.name: PPOLearner(resolve_model(cfg.models[agent.base].model), agent, cfg.ppo,
-                                   seed=cfg.seed, placement=placements[agent.name],
-                                   parallel=parallel)
-            for agent in cfg.agents}
+    # LoRA agents of one base on one device hold one copy of it (trainer.share_base); the
+    # learner itself declines sharing where it owns its modules (full weights, VLM, sharded).
+    shared = SharedBase() if cfg.trainer.share_base else None
+    learners = {agent.name: PPOLearner(resolve_model(cfg.models[agent.base].model), agent,
+                                       cfg.ppo, seed=cfg.seed,
+                                       placement=placements[agent.name], parallel=parallel,
+                                       shared_base=shared)
+                for agent in cfg.agents}
+    if shared is not None:
+        for key, adapters in shared.adapters.items():
+            if len(adapters) > 1:
+                log.info("%d learners share one copy of %s on %s", len(adapters), key[0],
+                         key[1])
+    return learners
 
 
 def run_follower(cfg: RunConfig, parallel: DataParallel) -> None:

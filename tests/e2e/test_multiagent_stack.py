@@ -65,6 +65,11 @@ def test_discussion_trains_each_model_its_own_learner_and_leaves_frozen_alone(tm
         # Every learner's state, and the stream entries the checkpoint holds (acked on resume).
         assert {p.name for p in checkpoint.iterdir()} == {"alice", "bob", "carol",
                                                           "consumed.json"}
+        # alice and carol are LoRA agents of one base: the trainer holds it once for both
+        # (trainer.share_base), yet each kept its own adapter and versions above.
+        trainer_log = (stack.run_dir / "logs" / "trainer.log").read_text()
+        assert "2 learners share one copy of" in trainer_log
+        assert trainer_log.count("learners share one copy") == 1  # bob's base is his alone
 
         rows = [json.loads(x) for x in (stack.run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [1, 2]

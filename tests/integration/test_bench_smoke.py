@@ -48,3 +48,17 @@ def test_machine_speed_bench_writes_the_probe(tmp_path):
     section = run_bench(tmp_path, ["bench/machine_speed.py", "--repeats", "1"], timeout=300)
     assert "## machine_speed.py, " in section
     assert "| matmul 1024x1024 fp32 (GFLOP/s) |" in section and "fwd+bwd, 512 tokens" in section
+
+
+def test_shared_base_bench_holds_one_copy_of_the_base(tmp_path):
+    """bench/shared_base.py on tiny-random: both arms run in their own processes, and three
+    learners on one base hold about a third of the weights three copies do."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().model_dump(mode="json")))
+    section = run_bench(tmp_path, ["bench/shared_base.py", "--config", str(config), "--device",
+                                   "cpu", "--dtype", "fp32", "--turns", "4", "--repeats", "1"],
+                        timeout=600)
+    shared = next(line for line in section.splitlines() if line.startswith("| one shared base"))
+    weights_ratio = float(shared.split("|")[3].strip().rstrip("x"))
+    assert 0.2 < weights_ratio < 0.5, shared
+    assert "| fwd+bwd, one mixed-adapter batch |" in section
