@@ -52,7 +52,8 @@ bench: setup
 	$(PY) bench/trl_ppo.py
 
 # On a machine with a CUDA GPU: the gpu tests, then issue 14's GPU figures (135M and 0.5B
-# shapes, Tic-Tac-Toe and ~270-token turns, ours vs TRL), appended to bench/results.md.
+# shapes, Tic-Tac-Toe and ~270-token turns, ours vs TRL; learners on one base and the
+# mixed-adapter batch), appended to bench/results.md.
 # Not through .venv (bootstrap installs the CPU torch): GPU_PY is a Python with a CUDA torch
 # and agora's dependencies (transformers, peft, trl, pydantic, ...).
 GPU_PY ?= python3
@@ -64,6 +65,7 @@ bench-gpu:
 	PYTHONPATH=. $(GPU_PY) bench/ppo_update.py --device cuda --model-shape 0.5b --set long64 \
 		--compile
 	PYTHONPATH=. $(GPU_PY) bench/trl_ppo.py --device cuda --model-shape 0.5b --turns 32
+	PYTHONPATH=. $(GPU_PY) bench/shared_base.py --device cuda --model-shape 0.5b
 
 clean:
 	rm -rf runs .pytest_cache

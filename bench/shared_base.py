@@ -7,7 +7,8 @@ forwarded together through PEFT's mixed-adapter batch (``adapter_names``), forwa
 against one forward + backward per adapter: the reason agora forwards learners one by one.
 
     .venv/bin/python bench/shared_base.py [--config configs/maporl_math.yaml] [--device auto]
-        [--dtype auto] [--learners 3] [--turns 32] [--repeats 2]
+        [--dtype auto] [--model-shape config|135m|0.5b|1.5b] [--learners 3] [--turns 32]
+        [--repeats 2]
 
 ``--learners`` copies of the config's first LoRA agent are the learners (default 3: a
 three-agent discussion).
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+from model_shapes import SHAPES, shape_model, top_half_layers
 from ppo_update import device_name, discussion_turns, timed
 from results import append_section, markdown_table
 
@@ -65,7 +67,11 @@ def build(args, shared: bool) -> list[PPOLearner]:
     """``--learners`` LoRA learners shaped like the config's first agent."""
     cfg = load_config(args.config)
     template = next(a for a in cfg.agents if a.finetune == "lora")
-    path = resolve_model(cfg.models[template.base].model)
+    if args.model_shape == "config":
+        path = resolve_model(cfg.models[template.base].model)
+    else:  # random weights of a bigger shape, no download (bench/model_shapes.py)
+        path = str(shape_model(args.model_shape))
+        template = template.model_copy(update={"lora_layers": top_half_layers(path)})
     compute = ComputeConfig(device=args.device, dtype=args.dtype)
     pool = SharedBase() if shared else None
     return [PPOLearner(path, template.model_copy(update={"name": f"learner{i}"}), cfg.ppo,
@@ -135,6 +141,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=Path("configs/maporl_math.yaml"))
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    parser.add_argument("--model-shape", default="config", choices=["config", *SHAPES])
     parser.add_argument("--learners", type=int, default=3, help="LoRA learners of one base")
     parser.add_argument("--turns", type=int, default=32, help="turns per learner")
     parser.add_argument("--repeats", type=int, default=2)
