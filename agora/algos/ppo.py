@@ -151,8 +151,8 @@ class PPOLearner:
     ``placement``, when given, is used as it is instead (tests put a learner on devices a
     config cannot name). ``shared_base``: a LoRA learner adds its adapter to the base model
     other agents already loaded there, instead of loading a copy of its own
-    (agora/algos/shared_base.py; not for full weights, vision-language models or sharded
-    learners, which own their modules)."""
+    (agora/algos/shared_base.py; not for full weights, vision-language models, sharded or
+    compiled learners)."""
 
     def __init__(self, model_path: str, agent: AgentConfig, ppo: PPOConfig, seed: int = 0,
                  compute: ComputeConfig | None = None,
@@ -201,8 +201,10 @@ class PPOLearner:
             loaded.config.use_cache = False
             return loaded
 
+        # Compiled learners keep a base of their own too: a compiled decoder guards on which
+        # adapter is active, and switching adapters under torch.compile is not tested here.
         self.shared = (shared_base is not None and not self.full_weights and not self.vision
-                       and not parallel.sharded)
+                       and not parallel.sharded and not self.placement.compile)
         # The trained adapter's name ("default" on a base of its own) and the frozen
         # reference adapter's, if any (see below).
         self.adapter = adapter_name(agent.name) if self.shared else "default"

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from agora.algos.compute import ComputeConfig
 from agora.algos.distributed import SINGLE
 from agora.algos.ppo import PPOLearner, TurnSample
 from agora.algos.shared_base import SharedBase
@@ -71,6 +72,15 @@ def test_learners_of_one_base_hold_one_copy_of_it(pair, tiny_model):
                                if "lora_" not in n)
     with pytest.raises(ValueError, match="already on this base"):
         PPOLearner(tiny_model, _agent("bob"), PPO, compute=FP32, shared_base=shared)
+    # A compiled learner keeps a base of its own (adapter switches under torch.compile are
+    # not tested), as does a full-weight one.
+    compiled = PPOLearner(tiny_model, _agent("dave"), PPO, shared_base=shared,
+                          compute=ComputeConfig(device="cpu", dtype="fp32", compile=True))
+    full = PPOLearner(tiny_model, _agent("erin", finetune="full"), PPO, compute=FP32,
+                      shared_base=shared)
+    for own in (compiled, full):
+        assert not own.shared and own.model is not alice.model
+    assert shared.sharers(next(iter(shared.models))) == 2
 
 
 def test_a_shared_learner_updates_exactly_as_it_would_alone(pair, tiny_model):
