@@ -148,3 +148,18 @@ def randomize_lora_b(model, seed: int, scale: float = 0.2) -> None:
         for name, param in model.named_parameters():
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=gen) * scale)
+
+
+def bandit_samples(learner, good: int, bad: int, n: int) -> list:  # -> list[TurnSample]
+    """A one-token bandit: the same prompt, half the turns pick `good` (+1), half `bad` (-1),
+    with behaviour logprobs taken from the current policy (on-policy)."""
+    from agora.algos.ppo import TurnSample
+
+    prompt = learner.tokenizer.encode("Pick a letter:", add_special_tokens=False)
+    out = []
+    for i in range(n):
+        token = good if i % 2 == 0 else bad
+        sample = TurnSample(prompt, [token], [0.0], 1.0 if token == good else -1.0)
+        sample.behaviour_logprobs = learner.sequence_logprobs(sample)
+        out.append(sample)
+    return out

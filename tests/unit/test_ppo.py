@@ -10,6 +10,7 @@ from agora.algos.ppo import PPOLearner, TurnSample, collate
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
 from tests.stack_helpers import FP32
+from tests.stack_helpers import bandit_samples as _bandit_samples
 
 
 def _gae_by_hand(rewards, values, gamma, lam):
@@ -53,19 +54,6 @@ def test_collate_points_each_action_at_the_position_that_predicts_it():
     assert actions == [7, 8, 9]
     assert batch.labels.tolist() == [7, 8, 9]
     assert batch.seq_of_token.tolist() == [0, 0, 1]
-
-
-def _bandit_samples(learner: PPOLearner, good: int, bad: int, n: int) -> list[TurnSample]:
-    """A one-token bandit: the same prompt, half the turns pick `good` (+1), half `bad` (-1),
-    with behaviour logprobs taken from the current policy (on-policy)."""
-    prompt = learner.tokenizer.encode("Pick a letter:", add_special_tokens=False)
-    out = []
-    for i in range(n):
-        token = good if i % 2 == 0 else bad
-        sample = TurnSample(prompt, [token], [0.0], 1.0 if token == good else -1.0)
-        sample.behaviour_logprobs = learner.sequence_logprobs(sample)
-        out.append(sample)
-    return out
 
 
 def _bandit_learner(tiny_model: str, **ppo) -> tuple[PPOLearner, int, int]:

@@ -16,7 +16,7 @@ from agora.algos.shared_base import SharedBase
 from agora.config.agents import AgentConfig
 from agora.config.training import PPOConfig
 from agora.train.learners import build_learners, learner_placements
-from tests.stack_helpers import FP32, randomize_lora_b, tiny_config
+from tests.stack_helpers import FP32, bandit_samples, randomize_lora_b, tiny_config
 
 PPO = PPOConfig(learning_rate=5e-3, batch_turns=8, minibatch_turns=4, epochs=2, kl_coef=0.01)
 
@@ -27,16 +27,8 @@ def _agent(name: str, **fields) -> AgentConfig:
 
 def _bandit(learner: PPOLearner, n: int = 8) -> list[TurnSample]:
     """A one-token bandit ("A" +1, "B" -1), behaviour logprobs from the learner itself."""
-    tok = learner.tokenizer
-    prompt = tok.encode("Pick a letter:", add_special_tokens=False)
-    good, bad = (tok.encode(c, add_special_tokens=False)[0] for c in "AB")
-    samples = []
-    for i in range(n):
-        token = good if i % 2 == 0 else bad
-        sample = TurnSample(prompt, [token], [0.0], 1.0 if token == good else -1.0)
-        sample.behaviour_logprobs = learner.sequence_logprobs(sample)
-        samples.append(sample)
-    return samples
+    good, bad = (learner.tokenizer.encode(c, add_special_tokens=False)[0] for c in "AB")
+    return bandit_samples(learner, good, bad, n)
 
 
 def _lora_state(learner: PPOLearner) -> dict[str, torch.Tensor]:
