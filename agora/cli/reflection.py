@@ -192,7 +192,7 @@ def eval_cmd(
     """(e) Evaluate: pass1@turn1, maj1@turn5, pass1@turn5 -> <run>/eval/<stage>.json.
 
     On the held-out split the actor answers, the critic reviews, the actor refines (eval.turns
-    answers per problem); definitions in agora/reflection/metrics.py."""
+    answers per problem); definitions in agora/reflection/scores.py."""
     from agora.reflection.evaluate import evaluate_stage
     from agora.reflection.server import require_adapters
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -19,6 +20,7 @@ from agora.config.agents import BaseModelConfig, SamplingConfig
 from agora.config.base import ConfigError
 from agora.config.run import apply_overrides, format_errors, read_config_yaml
 from agora.data.specs import TaskSpec
+from agora.reflection.reference_oracle import MAX_SAMPLES as REFERENCE_MAX_SAMPLES
 from agora.train.tracking import TrackingConfig, missing_packages
 
 ROLES = ("actor", "critic")
@@ -52,8 +54,15 @@ class OracleConfig(_Strict):
 
     Any OpenAI-compatible chat endpoint (``base_url`` ends in ``/v1``); left empty, the policy
     server's own base model answers, with the longer budget and more samples set here.
+    ``backend: reference`` asks no model: a script writes the texts from the ground truth
+    (``reference_oracle.py``); then ``samples`` is 1 (the true critique) or 2 (and a misleading
+    one), and the model fields are unused.
     """
 
+    backend: Literal["model", "reference"] = Field(
+        "model", description="model: an OpenAI-compatible endpoint writes critiques and "
+        "refinements; reference: a script writes them from the ground truth"
+    )
     base_url: str | None = Field(None, description="e.g. http://host:8000/v1; None = policy")
     model: str = Field("base", description="the model name to ask the endpoint for")
     api_key_env: str | None = Field(
@@ -66,6 +75,14 @@ class OracleConfig(_Strict):
         False, description="tell the oracle the ground truth (feedback as in Oracle-RISE)"
     )
     timeout_s: float = Field(600.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _reference_samples(self) -> OracleConfig:
+        if self.backend == "reference" and self.samples > REFERENCE_MAX_SAMPLES:
+            raise ValueError(f"samples: the reference oracle writes at most "
+                             f"{REFERENCE_MAX_SAMPLES} critiques per answer (the true one and a "
+                             f"misleading one), not {self.samples}")
+        return self
 
 
 class TrainStageConfig(_Strict):
@@ -92,7 +109,8 @@ class DPOStageConfig(TrainStageConfig):
 
 
 class EvalStageConfig(_Strict):
-    tasks: int = Field(40, ge=1, description="held-out (test split) problems")
+    tasks: int | None = Field(None, ge=1, description="held-out (test split) problems; "
+                              "None = the whole test split")
     turns: int = Field(5, ge=1, le=20, description="actor answers per problem (1 + refinements)")
     stop_on_approval: bool = Field(
         False, description="stop refining once the critic says 'Verdict: correct' (the approved "
@@ -134,6 +152,12 @@ class ReflectionConfig(_Strict):
             if rank > self.policy.max_lora_rank:
                 raise ValueError(f"{role}.lora_rank: {rank} exceeds policy.max_lora_rank="
                                  f"{self.policy.max_lora_rank} (vLLM could not load the adapter)")
+        if self.task.source == "reasoning_gym":
+            generated = self.task.test_size or self.task.size
+            if self.eval.tasks is not None and self.eval.tasks > generated:
+                raise ValueError(f"eval.tasks: {self.eval.tasks} held-out problems asked, but "
+                                 f"the test split generates {generated} (task.test_size); "
+                                 f"raise task.test_size to {self.eval.tasks}")
         if self.task.source != "reasoning_gym" and self.task.format != "gsm8k":
             raise ValueError(f"task.format: reflection is on math problems ('gsm8k'), "
                              f"not '{self.task.format}'")

@@ -88,6 +88,9 @@ def evaluate_stage(cfg: ReflectionConfig, url: str, stage: str,
     tasks = load_tasks(cfg.task, split="test", limit=cfg.eval.tasks)
     if not tasks:
         raise ValueError("task: the test split is empty")
+    if cfg.eval.tasks is not None and len(tasks) < cfg.eval.tasks:
+        log(f"eval {stage}: the test split holds {len(tasks)} problems, not the "
+            f"{cfg.eval.tasks} of eval.tasks")
     started = time.monotonic()
     with served_adapters(cfg, url, stage) as names:
         log(f"eval {stage}: {len(tasks)} held-out problems x {cfg.eval.turns} turns "

@@ -8,7 +8,8 @@ later stages (SFT data, preference pairs) need no model at all.
 
 The oracle sees the same prompts as the critic and actor will, plus the ground truth when
 ``oracle.show_reference`` is on; the saved data always pairs the oracle's text with the plain
-prompt, so the adapters learn to act without the reference.
+prompt, so the adapters learn to act without the reference. With ``oracle.backend: reference``
+no model writes them: a script does, from the ground truth (``reference_oracle.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from agora.reflection.prompts import (
     with_reference,
 )
 from agora.reflection.records import Critique, OracleRow, write_rows
+from agora.reflection.reference_oracle import critiques_and_refinements
 from agora.serving.client import PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
 from agora.serving.vllm_server import SERVED_BASE_NAME
@@ -42,10 +44,26 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
     async with httpx.AsyncClient(timeout=cfg.oracle.timeout_s, limits=limits) as http:
         tokenizer = load_tokenizer(resolve_model(cfg.policy.model))
         actor = PolicyClient(url, SERVED_BASE_NAME, tokenizer, cfg.actor.sampling, http=http)
-        oracle = ChatClient(cfg.oracle.base_url or f"{url}/v1", cfg.oracle.model, http,
-                            api_key=oracle_api_key(cfg.oracle.api_key_env))
+        scripted = cfg.oracle.backend == "reference"
+        oracle = None if scripted else ChatClient(
+            cfg.oracle.base_url or f"{url}/v1", cfg.oracle.model, http,
+            api_key=oracle_api_key(cfg.oracle.api_key_env))
         gate = asyncio.Semaphore(cfg.eval.concurrency)
         done = 0
+
+        async def _model_texts(task: Task, initial: str, reference: str | None):
+            """The oracle model's critiques of ``initial`` and a refinement after each."""
+            assert oracle is not None
+            prompt = critic_messages(task.question, initial, cfg.max_shown_chars)
+            feedbacks = await oracle.sample(with_reference(prompt, reference),
+                                            cfg.oracle.samples, cfg.oracle.temperature,
+                                            cfg.oracle.max_tokens)
+            refinements = await asyncio.gather(*(
+                oracle.sample(with_reference(refine_messages(
+                    task.question, initial, feedback, cfg.max_shown_chars), reference),
+                    1, cfg.oracle.temperature, cfg.oracle.max_tokens)
+                for feedback in feedbacks))
+            return feedbacks, refinements
 
         async def one(task: Task, sample: int) -> OracleRow:
             nonlocal done
@@ -53,15 +71,13 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
             async with gate:
                 initial = await generate(actor, actor_messages(task.question))
                 first = await check(initial, task)
-                prompt = critic_messages(task.question, initial, cfg.max_shown_chars)
-                feedbacks = await oracle.sample(with_reference(prompt, reference),
-                                                cfg.oracle.samples, cfg.oracle.temperature,
-                                                cfg.oracle.max_tokens)
-                refinements = await asyncio.gather(*(
-                    oracle.sample(with_reference(refine_messages(
-                        task.question, initial, feedback, cfg.max_shown_chars), reference),
-                        1, cfg.oracle.temperature, cfg.oracle.max_tokens)
-                    for feedback in feedbacks))
+                if scripted:
+                    texts = critiques_and_refinements(task, initial, first.extracted,
+                                                      first.correct, cfg.oracle.samples)
+                    feedbacks = [feedback for feedback, _ in texts]
+                    refinements = [(refined,) for _, refined in texts]
+                else:
+                    feedbacks, refinements = await _model_texts(task, initial, reference)
             critiques = []
             for feedback, (refined,) in zip(feedbacks, refinements, strict=True):
                 checked = await check(refined, task)
@@ -73,10 +89,15 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
                 log(f"  oracle: {done}/{len(tasks) * cfg.actor_samples} answers critiqued")
             return OracleRow(task=task, sample=sample, initial=initial,
                              initial_extracted=first.extracted, initial_correct=first.correct,
-                             critiques=critiques, oracle_model=oracle.model)
+                             critiques=critiques, oracle_model=oracle_name(cfg))
 
         jobs = [one(task, s) for task in tasks for s in range(cfg.actor_samples)]
         return list(await asyncio.gather(*jobs))
+
+
+def oracle_name(cfg: ReflectionConfig) -> str:
+    """Who wrote the texts, as recorded in each row."""
+    return "reference" if cfg.oracle.backend == "reference" else cfg.oracle.model
 
 
 def collect_oracle_data(cfg: ReflectionConfig, url: str,
@@ -85,9 +106,10 @@ def collect_oracle_data(cfg: ReflectionConfig, url: str,
     tasks = load_tasks(cfg.task, split="train", limit=cfg.train_tasks)
     if not tasks:
         raise ValueError("task: the training split is empty")
+    where = ("scripted from the ground truth" if cfg.oracle.backend == "reference" else
+             f"{cfg.oracle.model} at {cfg.oracle.base_url or 'the policy server'}")
     log(f"oracle: {len(tasks)} problems x {cfg.actor_samples} first answers x "
-        f"{cfg.oracle.samples} critiques ({cfg.oracle.model} at "
-        f"{cfg.oracle.base_url or 'the policy server'})")
+        f"{cfg.oracle.samples} critiques ({where})")
     rows = asyncio.run(_oracle_rows(cfg, url, tasks, log))
     write_rows(cfg.run_dir / ORACLE_FILE, rows)
     critiques = [c for row in rows for c in row.critiques]

@@ -43,6 +43,7 @@ from agora.reflection.records import (
     Turn,
     read_rows,
 )
+from agora.reflection.reference_oracle import critiques_and_refinements
 from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
 from agora.reflection.training import load_base
@@ -190,6 +191,113 @@ def test_sft_examples_are_the_ones_the_ground_truth_vouches_for() -> None:
     assert sorted(said(e.completion)[:2] for e in examples["critic"]) == ["f2", "f3", "f5"]
 
 
+# --- the scripted oracle (oracle.backend: reference) ----------------------------------------
+
+
+def arithmetic_task() -> Task:
+    return load_tasks(TASK, "train", limit=1)[0]
+
+
+def scripted_row(t: Task, initial: str) -> OracleRow:
+    """What the oracle stage records for one first answer with the reference backend."""
+    first = verify_math(initial, t)
+    critiques = []
+    for feedback, refined in critiques_and_refinements(t, initial, first.extracted,
+                                                       first.correct, samples=2):
+        checked = verify_math(refined, t)
+        critiques.append(Critique(feedback=feedback, verdict=parse_verdict(feedback),
+                                  refined=refined, refined_extracted=checked.extracted,
+                                  refined_correct=checked.correct))
+    return OracleRow(task=t, sample=0, initial=initial, initial_extracted=first.extracted,
+                     initial_correct=first.correct, critiques=critiques,
+                     oracle_model="reference")
+
+
+def test_reference_oracle_writes_a_true_and_a_misleading_critique() -> None:
+    t = arithmetic_task()
+    expression, truth = t.metadata["rg_entry"]["expression"], t.answer
+    wrong = str(int(truth) + 3)
+    right_row = scripted_row(t, f"{expression} = {truth}\nAnswer: {truth}")
+    wrong_row = scripted_row(t, f"{expression} = {wrong}\nAnswer: {wrong}")
+    silent_row = scripted_row(t, "I like numbers.")
+    assert right_row.initial_correct and not wrong_row.initial_correct
+    true_right, misleading_right = right_row.critiques
+    # the true critique works the result out, judges by it, and the refinement follows it
+    assert true_right.feedback.startswith(f"{expression} = {truth}. ")
+    assert true_right.verdict == "correct" and right_row.verdict_right(true_right)
+    assert true_right.refined == right_row.initial and true_right.refined_correct
+    true_wrong, misleading_wrong = wrong_row.critiques
+    assert true_wrong.verdict == "wrong" and wrong_row.verdict_right(true_wrong)
+    assert true_wrong.refined_correct and true_wrong.refined_extracted == truth
+    assert true_wrong.refined.endswith(f"Answer: {truth}")
+    # the misleading one disputes a right answer (a result one off) or approves a wrong one
+    slipped = misleading_right.refined_extracted
+    assert abs(int(slipped) - int(truth)) == 1
+    assert misleading_right.verdict == "wrong" and not misleading_right.refined_correct
+    assert misleading_wrong.verdict == "correct" and not misleading_wrong.refined_correct
+    assert misleading_wrong.refined == wrong_row.initial
+    # nothing to approve without a final number: the true critique only
+    assert [c.verdict for c in silent_row.critiques] == ["wrong"]
+    assert "gives no final number" in silent_row.critiques[0].feedback
+    # a task without an expression states the result; one critique when samples is 1
+    bare = Task(task_id="w1", kind="math", question="How many?", answer="12")
+    (only,) = critiques_and_refinements(bare, "Answer: 11", "11", False, samples=1)
+    assert only == ("The result is 12. The proposed answer 11 is wrong.\nVerdict: wrong",
+                    "The result is 12.\nAnswer: 12")
+
+
+def test_reference_oracle_data_feeds_every_sft_and_pair_rule() -> None:
+    t = arithmetic_task()
+    expression, truth = t.metadata["rg_entry"]["expression"], t.answer
+    right = f"{expression} = {truth}\nAnswer: {truth}"
+    wrong = f"{expression} = 0\nAnswer: 0" if truth != "0" else f"{expression} = 1\nAnswer: 1"
+    rows = [scripted_row(t, right), scripted_row(t, wrong).model_copy(update={"sample": 1})]
+    examples = sft_examples(rows, max_chars=300)
+    # critic SFT: the true critiques only, with verdict lines the evaluation can read
+    assert [parse_verdict(said(e.completion)) for e in examples["critic"]] == ["correct",
+                                                                                "wrong"]
+    kinds = sorted(e.kind for e in examples["actor"])
+    assert kinds == ["first_turn", "refine", "refine"]
+    pairs = build_pairs(rows, max_chars=300)
+    rules = sorted(p.rule for p in pairs["actor"])
+    assert rules == ["right answer kept > wrong refinement", "right first > wrong first",
+                     "right refinement > wrong answer kept"]
+    assert len(pairs["critic"]) == 2 and all(
+        parse_verdict(said(p.chosen)) != parse_verdict(said(p.rejected)) for p in pairs["critic"])
+    # the actor learns to keep a right answer that a misleading critique disputes
+    kept = next(p for p in pairs["actor"] if p.rule == "right answer kept > wrong refinement")
+    assert said(kept.chosen) == right and "Verdict: wrong" in said(kept.prompt)
+
+
+def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> None:
+    """`agora reflect oracle` with the scripted oracle: the actor's answers come from vLLM, the
+    critiques from the ground truth, and no oracle endpoint is asked (none exists here)."""
+    url, _ = vllm_tiny
+    sampling = {"temperature": 1.0, "max_tokens": 16, "stop": []}
+    path = write_config(
+        tmp_path / "reference.yaml", name="reflect-reference",
+        policy={"model": TINY_RANDOM, "max_model_len": 512, "max_lora_rank": 16,
+                "dtype": "float32"},
+        policy_url=url, train_tasks=4, actor_samples=2, actor={"sampling": sampling},
+        oracle={"backend": "reference", "samples": 2,
+                "base_url": "http://127.0.0.1:1/v1"})  # would refuse connections if asked
+    out = reflect("oracle", path)
+    assert "scripted from the ground truth" in out
+    run = load_reflection_config(path).run_dir
+    rows = read_rows(run / "oracle.jsonl", OracleRow, "oracle")
+    assert len(rows) == 8 and {r.oracle_model for r in rows} == {"reference"}
+    for r in rows:
+        true, *misleading = r.critiques
+        assert true.refined_correct and r.verdict_right(true)
+        assert true.feedback.startswith(r.task.metadata["rg_entry"]["expression"])
+        has_number = r.initial_correct or r.initial_extracted is not None
+        assert len(misleading) == (1 if has_number else 0)
+        assert all(not c.refined_correct and not r.verdict_right(c) for c in misleading)
+    reflect("pairs", path)
+    critic_pairs = read_rows(run / "pairs" / "critic.jsonl", PreferencePair, "pairs")
+    assert len(critic_pairs) == sum(len(r.critiques) == 2 for r in rows)
+
+
 # --- config errors --------------------------------------------------------------------------
 
 
@@ -208,6 +316,17 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     assert "actor.lora_rank: 16 exceeds policy.max_lora_rank=8" in out
     out = reflect("eval", write_config(tmp_path / "c.yaml", eval={"turns": 0}), code=2)
     assert "eval.turns" in out
+    # more held-out problems asked than the test split generates: refused, not silently fewer
+    out = reflect("eval", write_config(tmp_path / "c2.yaml", eval={"tasks": 4}), code=2)
+    assert "eval.tasks: 4 held-out problems asked, but the test split generates 3" in out
+    assert "raise task.test_size to 4" in out
+    assert load_reflection_config(write_config(tmp_path / "c3.yaml")).eval.tasks is None
+    out = reflect("oracle", write_config(tmp_path / "c4.yaml", oracle={
+        "backend": "reference", "samples": 3}), code=2)
+    assert "the reference oracle writes at most 2 critiques per answer" in out
+    out = reflect("oracle", write_config(tmp_path / "c5.yaml", oracle={"backend": "gpt"}),
+                  code=2)
+    assert "oracle.backend" in out
     out = reflect("pairs", write_config(tmp_path / "d.yaml"), code=2)
     assert "oracle.jsonl: not found; run `agora reflect oracle CONFIG` first" in out
     out = reflect("eval", write_config(tmp_path / "e.yaml"), "--stage", "rl", code=2)

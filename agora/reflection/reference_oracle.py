@@ -1,0 +1,96 @@
+"""A scripted oracle that writes critiques and refinements from the ground truth alone.
+
+Why it exists: the oracle is meant to be a stronger model (``oracle.base_url``), and where none
+is at hand the policy's own base model stands in. Measured on SmolLM2-135M (2026-12-01, 200
+held-out 1-digit sums): untrained, its critiques end in a verdict line in 4% of turns and its
+refinements ramble ("Your feedback has improved the answer..."), so an oracle made of it, even
+told the reference, teaches the adapters noise. ``oracle.backend: reference`` replaces it with
+texts a script can write for any task whose reference answer is known, in the exact format the
+prompts ask for: a worked result and a verdict line for the critic, a worked result and an
+``Answer:`` line for the actor. It is the reflection recipe's warm start from demonstrations,
+as scripted bots are for the games.
+
+Per first answer it writes up to two critiques (``oracle.samples``), each followed by the
+refinement an actor that believes it would write:
+
+1. the **true** critique: the right result and the verdict the ground truth gives; then the
+   first answer kept (when right) or the right result (when wrong);
+2. a **misleading** one: a wrong answer approved (its refinement keeps the wrong answer), or a
+   right answer disputed with a result one off (its refinement adopts that result).
+
+Both are checked against the ground truth like any oracle text, so the existing SFT and pair
+rules apply unchanged: SFT keeps the true critiques and right refinements; the pairs prefer the
+true critique over the misleading one (critic), a right refinement over a wrong answer kept,
+and a right answer kept over a refinement that followed a misleading critique (actor).
+
+The worked result is ``EXPRESSION = RESULT`` when the task carries its expression (reasoning
+-gym's ``basic_arithmetic``), else ``The result is RESULT``. The script writes no reasoning, so
+it suits problems a model answers in one step; for word problems use a stronger model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from fractions import Fraction
+
+from agora.data import Task
+
+MAX_SAMPLES = 2  # the true critique and a misleading one
+
+
+def worked(task: Task, result: str) -> str:
+    """The line that shows a result: the expression when the task has one."""
+    entry = task.metadata.get("rg_entry") if isinstance(task.metadata, dict) else None
+    expression = entry.get("expression") if isinstance(entry, dict) else None
+    return f"{expression} = {result}" if expression else f"The result is {result}"
+
+
+def slip(task: Task) -> str | None:
+    """A plausible wrong result: the reference one off (up or down, fixed per task); None when
+    the reference is not a number."""
+    try:
+        value = Fraction(task.answer.strip())
+    except (ValueError, ZeroDivisionError):
+        return None
+    step = 1 if hashlib.sha1(task.task_id.encode()).digest()[0] % 2 else -1
+    wrong = value + step
+    return str(wrong.numerator) if wrong.denominator == 1 else str(wrong)
+
+
+def critique(task: Task, claimed: str, proposed: str | None, approves: bool) -> str:
+    """A critique that states ``claimed`` as the result and approves or rejects ``proposed``."""
+    if approves:
+        judged, verdict = f"The proposed answer {proposed} is right.", "correct"
+    elif proposed is None:
+        judged, verdict = "The proposed answer gives no final number.", "wrong"
+    else:
+        judged, verdict = f"The proposed answer {proposed} is wrong.", "wrong"
+    return f"{worked(task, claimed)}. {judged}\nVerdict: {verdict}"
+
+
+def refinement(task: Task, claimed: str, initial: str, approves: bool) -> str:
+    """What an actor that believes the critique writes: its answer kept when approved, else
+    the critique's result."""
+    if approves:
+        return initial
+    return f"{worked(task, claimed)}.\nAnswer: {claimed}"
+
+
+def critiques_and_refinements(task: Task, initial: str, proposed: str | None,
+                              initial_correct: bool, samples: int) -> list[tuple[str, str]]:
+    """Up to ``samples`` (feedback, refinement) pairs for one first answer: the true critique,
+    then a misleading one where the answer allows it (see the module docstring). ``proposed``
+    is the answer extracted from ``initial``; ``initial_correct`` the verifier's judgement."""
+    truth = task.answer.strip()
+    out = [(critique(task, truth, proposed, initial_correct),
+            refinement(task, truth, initial, initial_correct))]
+    if samples < 2:
+        return out
+    # Dispute a right answer with a result one off; approve a wrong one (nothing to approve
+    # without a final number).
+    claimed = slip(task) if initial_correct else proposed
+    if claimed is not None:
+        approves = not initial_correct
+        out.append((critique(task, claimed, proposed, approves),
+                    refinement(task, claimed, initial, approves)))
+    return out
