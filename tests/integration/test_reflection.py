@@ -56,6 +56,9 @@ TASK = {"source": "reasoning_gym", "name": "basic_arithmetic", "size": 6, "test_
         "seed": 3, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
                               "operators": ["+", "-"], "allow_parentheses": False,
                               "allow_negation": False}}
+# The tiny-random policy the vLLM fixture serves, sampled at temperature 1 (noise either way).
+TINY_POLICY = {"model": TINY_RANDOM, "max_model_len": 512, "max_lora_rank": 16, "dtype": "float32"}
+TINY_SAMPLING = {"temperature": 1.0, "max_tokens": 16, "stop": []}
 runner = CliRunner()
 
 
@@ -273,12 +276,10 @@ def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> No
     """`agora reflect oracle` with the scripted oracle: the actor's answers come from vLLM, the
     critiques from the ground truth, and no oracle endpoint is asked (none exists here)."""
     url, _ = vllm_tiny
-    sampling = {"temperature": 1.0, "max_tokens": 16, "stop": []}
     path = write_config(
         tmp_path / "reference.yaml", name="reflect-reference",
-        policy={"model": TINY_RANDOM, "max_model_len": 512, "max_lora_rank": 16,
-                "dtype": "float32"},
-        policy_url=url, train_tasks=4, actor_samples=2, actor={"sampling": sampling},
+        policy=TINY_POLICY,
+        policy_url=url, train_tasks=4, actor_samples=2, actor={"sampling": TINY_SAMPLING},
         oracle={"backend": "reference", "samples": 2,
                 "base_url": "http://127.0.0.1:1/v1"})  # would refuse connections if asked
     out = reflect("oracle", path)
@@ -409,15 +410,13 @@ def lora_weights(path: Path) -> dict:
 
 def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict]) -> None:
     url, _ = vllm_tiny
-    sampling = {"temperature": 1.0, "max_tokens": 16, "stop": []}
     path = write_config(
         tmp_path / "reflect.yaml", name="reflect-tiny",
-        policy={"model": TINY_RANDOM, "max_model_len": 512, "max_lora_rank": 16,
-                "dtype": "float32"},
+        policy=TINY_POLICY,
         policy_url=url, train_tasks=6, actor_samples=1, max_shown_chars=150,
-        actor={"lora_rank": 4, "lora_alpha": 8, "sampling": sampling},
+        actor={"lora_rank": 4, "lora_alpha": 8, "sampling": TINY_SAMPLING},
         critic={"lora_rank": 4, "lora_alpha": 8, "lora_targets": ["q_proj", "v_proj"],
-                "sampling": sampling},
+                "sampling": TINY_SAMPLING},
         oracle={"base_url": f"http://127.0.0.1:{ORACLE_PORT}/v1", "model": "scripted",
                 "samples": 2, "show_reference": True, "max_tokens": 64},
         sft={"max_steps": 1, "batch_size": 4, "learning_rate": 1e-3, "max_length": 256,
