@@ -76,9 +76,14 @@ class OracleConfig(_Strict):
     )
     timeout_s: float = Field(600.0, gt=0.0)
 
+    @property
+    def scripted(self) -> bool:
+        """No model writes the texts: the reference script does."""
+        return self.backend == "reference"
+
     @model_validator(mode="after")
     def _reference_samples(self) -> OracleConfig:
-        if self.backend == "reference" and self.samples > REFERENCE_MAX_SAMPLES:
+        if self.scripted and self.samples > REFERENCE_MAX_SAMPLES:
             raise ValueError(f"samples: the reference oracle writes at most "
                              f"{REFERENCE_MAX_SAMPLES} critiques per answer (the true one and a "
                              f"misleading one), not {self.samples}")

@@ -44,16 +44,15 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
     async with httpx.AsyncClient(timeout=cfg.oracle.timeout_s, limits=limits) as http:
         tokenizer = load_tokenizer(resolve_model(cfg.policy.model))
         actor = PolicyClient(url, SERVED_BASE_NAME, tokenizer, cfg.actor.sampling, http=http)
-        scripted = cfg.oracle.backend == "reference"
-        oracle = None if scripted else ChatClient(
+        oracle = None if cfg.oracle.scripted else ChatClient(
             cfg.oracle.base_url or f"{url}/v1", cfg.oracle.model, http,
             api_key=oracle_api_key(cfg.oracle.api_key_env))
         gate = asyncio.Semaphore(cfg.eval.concurrency)
         done = 0
 
-        async def _model_texts(task: Task, initial: str, reference: str | None):
+        async def _model_texts(oracle: ChatClient, task: Task, initial: str,
+                               reference: str | None):
             """The oracle model's critiques of ``initial`` and a refinement after each."""
-            assert oracle is not None
             prompt = critic_messages(task.question, initial, cfg.max_shown_chars)
             feedbacks = await oracle.sample(with_reference(prompt, reference),
                                             cfg.oracle.samples, cfg.oracle.temperature,
@@ -71,13 +70,13 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
             async with gate:
                 initial = await generate(actor, actor_messages(task.question))
                 first = await check(initial, task)
-                if scripted:
+                if oracle is None:
                     texts = critiques_and_refinements(task, initial, first.extracted,
                                                       first.correct, cfg.oracle.samples)
                     feedbacks = [feedback for feedback, _ in texts]
                     refinements = [(refined,) for _, refined in texts]
                 else:
-                    feedbacks, refinements = await _model_texts(task, initial, reference)
+                    feedbacks, refinements = await _model_texts(oracle, task, initial, reference)
             critiques = []
             for feedback, (refined,) in zip(feedbacks, refinements, strict=True):
                 checked = await check(refined, task)
@@ -97,7 +96,7 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
 
 def oracle_name(cfg: ReflectionConfig) -> str:
     """Who wrote the texts, as recorded in each row."""
-    return "reference" if cfg.oracle.backend == "reference" else cfg.oracle.model
+    return "reference" if cfg.oracle.scripted else cfg.oracle.model
 
 
 def collect_oracle_data(cfg: ReflectionConfig, url: str,
@@ -106,7 +105,7 @@ def collect_oracle_data(cfg: ReflectionConfig, url: str,
     tasks = load_tasks(cfg.task, split="train", limit=cfg.train_tasks)
     if not tasks:
         raise ValueError("task: the training split is empty")
-    where = ("scripted from the ground truth" if cfg.oracle.backend == "reference" else
+    where = ("scripted from the ground truth" if cfg.oracle.scripted else
              f"{cfg.oracle.model} at {cfg.oracle.base_url or 'the policy server'}")
     log(f"oracle: {len(tasks)} problems x {cfg.actor_samples} first answers x "
         f"{cfg.oracle.samples} critiques ({where})")

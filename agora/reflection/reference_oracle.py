@@ -23,9 +23,10 @@ rules apply unchanged: SFT keeps the true critiques and right refinements; the p
 true critique over the misleading one (critic), a right refinement over a wrong answer kept,
 and a right answer kept over a refinement that followed a misleading critique (actor).
 
-The worked result is ``EXPRESSION = RESULT`` when the task carries its expression (reasoning
--gym's ``basic_arithmetic``), else ``The result is RESULT``. The script writes no reasoning, so
-it suits problems a model answers in one step; for word problems use a stronger model.
+The worked result is ``EXPRESSION = RESULT`` when the task carries its expression
+(reasoning-gym's ``basic_arithmetic``), else ``The result is RESULT``. The script writes no
+reasoning, so it suits problems a model answers in one step; for word problems use a stronger
+model.
 """
 
 from __future__ import annotations
