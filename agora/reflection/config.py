@@ -75,6 +75,11 @@ class OracleConfig(_Strict):
         False, description="tell the oracle the ground truth (feedback as in Oracle-RISE)"
     )
     timeout_s: float = Field(600.0, gt=0.0)
+    critique: Literal["worked", "verdict"] = Field(
+        "worked", description="reference backend: worked = a critique states the right result "
+        "before its verdict; verdict = the verdict alone, so the actor works the answer again "
+        "rather than copying the critic's"
+    )
 
     @property
     def scripted(self) -> bool:
@@ -87,7 +92,20 @@ class OracleConfig(_Strict):
             raise ValueError(f"samples: the reference oracle writes at most "
                              f"{REFERENCE_MAX_SAMPLES} critiques per answer (the true one and a "
                              f"misleading one), not {self.samples}")
+        if self.critique != "worked" and not self.scripted:
+            raise ValueError(f"critique: '{self.critique}' shapes the reference backend's "
+                             f"critiques; a model oracle writes its own (set backend: reference)")
         return self
+
+
+class PairsConfig(_Strict):
+    """Which of the pair rules (``pairs.py``) make preference pairs."""
+
+    hold_right_answers: bool = Field(
+        True, description="the actor's 'right answer kept > wrong refinement' pairs: they teach "
+        "it to hold a right answer against a critique, and where it cannot tell its right "
+        "answers from its wrong ones, to ignore the critic altogether"
+    )
 
 
 class TrainStageConfig(_Strict):
@@ -142,6 +160,13 @@ class ReflectionConfig(_Strict):
     actor: RoleConfig = Field(default_factory=RoleConfig)
     critic: RoleConfig = Field(default_factory=RoleConfig)
     oracle: OracleConfig = Field(default_factory=OracleConfig)
+    balance_critic: bool = Field(
+        False, description="the critic's SFT examples and pairs count right and wrong first "
+        "answers equally (the larger kind subsampled, seeded): the base actor's answers are "
+        "mostly wrong, a trained actor's mostly right, and a critic trained on the first learns "
+        "to say 'wrong'"
+    )
+    pairs: PairsConfig = Field(default_factory=PairsConfig)
     sft: TrainStageConfig = Field(default_factory=TrainStageConfig)
     dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
     eval: EvalStageConfig = Field(default_factory=EvalStageConfig)

@@ -71,8 +71,9 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
                 initial = await generate(actor, actor_messages(task.question))
                 first = await check(initial, task)
                 if oracle is None:
-                    texts = critiques_and_refinements(task, initial, first.extracted,
-                                                      first.correct, cfg.oracle.samples)
+                    texts = critiques_and_refinements(
+                        task, initial, first.extracted, first.correct, cfg.oracle.samples,
+                        show_result=cfg.oracle.critique == "worked")
                     feedbacks = [feedback for feedback, _ in texts]
                     refinements = [(refined,) for _, refined in texts]
                 else:

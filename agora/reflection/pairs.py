@@ -10,21 +10,23 @@ correctness of the refinement written after it.
   with no right first answer: chosen the oracle's first right refinement instead.
 - actor, refinement (prompt: question + first answer + feedback): first answer wrong and
   refinement right -> chosen the refinement, rejected the first answer unchanged; first answer
-  right and refinement wrong -> chosen the first answer kept, rejected the refinement; both
-  right or both wrong -> no pair.
+  right and refinement wrong -> chosen the first answer kept, rejected the refinement (unless
+  ``pairs.hold_right_answers`` is off); both right or both wrong -> no pair.
 - critic (prompt: question + first answer): chosen a critique whose refinement is right,
   rejected one of the same answer whose refinement is wrong; between critiques with the same
   refinement outcome, one whose verdict matches the ground truth beats one whose does not.
 
 Critiques of one first answer are ranked by (refinement right, verdict right); the best-ranked
 ones are paired with the worst-ranked ones (one pair each, in order) when the ranks differ.
-Pairs whose chosen and rejected texts are identical are dropped. The actor trains on its two
-kinds together (the paper's D0 and D2), the critic on its own (D1).
+Pairs whose chosen and rejected texts are identical are dropped; with ``balance_critic`` the
+critic's pairs count right and wrong first answers equally (``balance.py``). The actor trains
+on its two kinds together (the paper's D0 and D2), the critic on its own (D1).
 """
 
 from __future__ import annotations
 
-from agora.reflection.config import ROLES, ReflectionConfig
+from agora.reflection.balance import balance_by_answer
+from agora.reflection.config import ROLES, PairsConfig, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
 from agora.reflection.records import OracleRow, PreferencePair, read_rows, write_rows
@@ -63,7 +65,8 @@ def first_turn_pairs(task_rows: list[OracleRow]) -> list[PreferencePair]:
     return [p for p in out if p is not None]
 
 
-def refine_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
+def refine_pairs(row: OracleRow, max_chars: int,
+                 hold_right_answers: bool = True) -> list[PreferencePair]:
     """The actor's refinement turn: a refinement vs keeping the first answer unchanged."""
     out = []
     question = row.task.question
@@ -72,7 +75,7 @@ def refine_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
         if not row.initial_correct and c.refined_correct:
             out.append(_pair("actor", "refine", "right refinement > wrong answer kept", row,
                              prompt, c.refined, row.initial))
-        elif row.initial_correct and not c.refined_correct:
+        elif row.initial_correct and not c.refined_correct and hold_right_answers:
             out.append(_pair("actor", "refine", "right answer kept > wrong refinement", row,
                              prompt, row.initial, c.refined))
     return [p for p in out if p is not None]
@@ -100,17 +103,24 @@ def critique_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
     return [p for p in out if p is not None]
 
 
-def build_pairs(rows: list[OracleRow], max_chars: int) -> dict[str, list[PreferencePair]]:
+def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None = None,
+                balance_critic: bool = False, seed: int = 0) -> dict[str, list[PreferencePair]]:
     """All pairs of each role, by the rules in the module docstring."""
+    rules = rules or PairsConfig()
     by_task: dict[str, list[OracleRow]] = {}
     for row in rows:
         by_task.setdefault(row.task.task_id, []).append(row)
     out: dict[str, list[PreferencePair]] = {role: [] for role in ROLES}
+    critic_answer_right: list[bool] = []
     for task_rows in by_task.values():
         out["actor"] += first_turn_pairs(task_rows)
         for row in task_rows:
-            out["actor"] += refine_pairs(row, max_chars)
-            out["critic"] += critique_pairs(row, max_chars)
+            out["actor"] += refine_pairs(row, max_chars, rules.hold_right_answers)
+            critiqued = critique_pairs(row, max_chars)
+            out["critic"] += critiqued
+            critic_answer_right += [row.initial_correct] * len(critiqued)
+    if balance_critic:
+        out["critic"] = balance_by_answer(out["critic"], critic_answer_right, seed)
     return out
 
 
@@ -121,7 +131,7 @@ def pairs_path(cfg: ReflectionConfig, role: str):  # -> Path
 def write_pairs(cfg: ReflectionConfig) -> dict[str, dict[str, int]]:
     """``<run>/pairs/{actor,critic}.jsonl``; returns the count of pairs per role and rule."""
     rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
-    pairs = build_pairs(rows, cfg.max_shown_chars)
+    pairs = build_pairs(rows, cfg.max_shown_chars, cfg.pairs, cfg.balance_critic, cfg.seed)
     counts = {}
     for role in ROLES:
         write_rows(pairs_path(cfg, role), pairs[role])

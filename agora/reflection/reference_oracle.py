@@ -27,6 +27,12 @@ The worked result is ``EXPRESSION = RESULT`` when the task carries its expressio
 (reasoning-gym's ``basic_arithmetic``), else ``The result is RESULT``. The script writes no
 reasoning, so it suits problems a model answers in one step; for word problems use a stronger
 model.
+
+``oracle.critique: verdict`` leaves the worked result out of the critiques (the refinements
+still show it). Why: an actor trained on worked critiques copies the critic's result, so the
+turns after the first are exactly as right as the critic's arithmetic, which for one model
+size is no better than the actor's own; told only "wrong", the actor works the answer again
+itself, and a critic right more often than not then adds what the actor alone lacks.
 """
 
 from __future__ import annotations
@@ -58,15 +64,18 @@ def slip(task: Task) -> str | None:
     return str(wrong.numerator) if wrong.denominator == 1 else str(wrong)
 
 
-def critique(task: Task, claimed: str, proposed: str | None, approves: bool) -> str:
-    """A critique that states ``claimed`` as the result and approves or rejects ``proposed``."""
+def critique(task: Task, claimed: str, proposed: str | None, approves: bool,
+             show_result: bool = True) -> str:
+    """A critique that approves or rejects ``proposed``, stating ``claimed`` as the result
+    first when ``show_result``."""
     if approves:
         judged, verdict = f"The proposed answer {proposed} is right.", "correct"
     elif proposed is None:
         judged, verdict = "The proposed answer gives no final number.", "wrong"
     else:
         judged, verdict = f"The proposed answer {proposed} is wrong.", "wrong"
-    return f"{worked(task, claimed)}. {judged}\nVerdict: {verdict}"
+    shown = f"{worked(task, claimed)}. " if show_result else ""
+    return f"{shown}{judged}\nVerdict: {verdict}"
 
 
 def refinement(task: Task, claimed: str, initial: str, approves: bool) -> str:
@@ -78,12 +87,14 @@ def refinement(task: Task, claimed: str, initial: str, approves: bool) -> str:
 
 
 def critiques_and_refinements(task: Task, initial: str, proposed: str | None,
-                              initial_correct: bool, samples: int) -> list[tuple[str, str]]:
+                              initial_correct: bool, samples: int,
+                              show_result: bool = True) -> list[tuple[str, str]]:
     """Up to ``samples`` (feedback, refinement) pairs for one first answer: the true critique,
     then a misleading one where the answer allows it (see the module docstring). ``proposed``
-    is the answer extracted from ``initial``; ``initial_correct`` the verifier's judgement."""
+    is the answer extracted from ``initial``; ``initial_correct`` the verifier's judgement;
+    ``show_result`` off writes verdict-only critiques (``oracle.critique: verdict``)."""
     truth = task.answer.strip()
-    out = [(critique(task, truth, proposed, initial_correct),
+    out = [(critique(task, truth, proposed, initial_correct, show_result),
             refinement(task, truth, initial, initial_correct))]
     if samples < 2:
         return out
@@ -92,6 +103,6 @@ def critiques_and_refinements(task: Task, initial: str, proposed: str | None,
     claimed = slip(task) if initial_correct else proposed
     if claimed is not None:
         approves = not initial_correct
-        out.append((critique(task, claimed, proposed, approves),
+        out.append((critique(task, claimed, proposed, approves, show_result),
                     refinement(task, claimed, initial, approves)))
     return out

@@ -12,8 +12,9 @@ of them:
   written after that feedback is right (the paper's value of a critique) and the feedback's
   verdict does not contradict the ground truth (a missing verdict is allowed).
 
-Identical (prompt, completion) examples are kept once. Each role trains its own fresh LoRA
-adapter on the base model, saved to ``<run>/sft/<role>/``.
+Identical (prompt, completion) examples are kept once; with ``balance_critic`` the critic's
+examples count right and wrong first answers equally (``balance.py``). Each role trains its own
+fresh LoRA adapter on the base model, saved to ``<run>/sft/<role>/``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from agora.algos.compute import resolve
+from agora.reflection.balance import balance_by_answer
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
@@ -43,9 +45,11 @@ def _assistant(text: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": text.strip()}]
 
 
-def sft_examples(rows: list[OracleRow], max_chars: int) -> dict[str, list[SFTExample]]:
+def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = False,
+                 seed: int = 0) -> dict[str, list[SFTExample]]:
     """The SFT examples of each role, by the rules in the module docstring."""
     out: dict[str, list[SFTExample]] = {role: [] for role in ROLES}
+    answer_right: dict[str, list[bool]] = {role: [] for role in ROLES}
     seen: set[tuple[str, str, str]] = set()
 
     def add(role: str, kind: str, row: OracleRow, prompt: list, text: str) -> None:
@@ -54,6 +58,7 @@ def sft_examples(rows: list[OracleRow], max_chars: int) -> dict[str, list[SFTExa
             seen.add(key)
             out[role].append(SFTExample(role=role, kind=kind, task_id=row.task.task_id,
                                         prompt=prompt, completion=_assistant(text)))
+            answer_right[role].append(row.initial_correct)
 
     by_task: dict[str, list[OracleRow]] = {}
     for row in rows:
@@ -78,13 +83,15 @@ def sft_examples(rows: list[OracleRow], max_chars: int) -> dict[str, list[SFTExa
                 if c.verdict is None or row.verdict_right(c):
                     add("critic", "critique", row,
                         critic_messages(question, row.initial, max_chars), c.feedback)
+    if balance_critic:
+        out["critic"] = balance_by_answer(out["critic"], answer_right["critic"], seed)
     return out
 
 
 def train_sft(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict[str, dict]:
     """SFT both adapters; returns per role: examples, steps, seconds, last loss."""
     rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
-    examples = sft_examples(rows, cfg.max_shown_chars)
+    examples = sft_examples(rows, cfg.max_shown_chars, cfg.balance_critic, cfg.seed)
     for role in ROLES:
         if not examples[role]:
             raise DataError(f"{cfg.run_dir / ORACLE_FILE}: no SFT example for the {role} (no "

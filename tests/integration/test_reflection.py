@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from agora.algos.compute import resolve
 from agora.cli.main import app
 from agora.data import Task, load_tasks
-from agora.reflection.config import load_reflection_config
+from agora.reflection.config import PairsConfig, load_reflection_config
 from agora.reflection.pairs import build_pairs
 from agora.reflection.prompts import parse_verdict
 from agora.reflection.records import (
@@ -201,12 +201,13 @@ def arithmetic_task() -> Task:
     return load_tasks(TASK, "train", limit=1)[0]
 
 
-def scripted_row(t: Task, initial: str) -> OracleRow:
+def scripted_row(t: Task, initial: str, show_result: bool = True) -> OracleRow:
     """What the oracle stage records for one first answer with the reference backend."""
     first = verify_math(initial, t)
     critiques = []
     for feedback, refined in critiques_and_refinements(t, initial, first.extracted,
-                                                       first.correct, samples=2):
+                                                       first.correct, samples=2,
+                                                       show_result=show_result):
         checked = verify_math(refined, t)
         critiques.append(Critique(feedback=feedback, verdict=parse_verdict(feedback),
                                   refined=refined, refined_extracted=checked.extracted,
@@ -272,6 +273,72 @@ def test_reference_oracle_data_feeds_every_sft_and_pair_rule() -> None:
     assert said(kept.chosen) == right and "Verdict: wrong" in said(kept.prompt)
 
 
+def test_verdict_only_critiques_leave_the_working_to_the_actor() -> None:
+    """oracle.critique: verdict: the critique judges without stating a result, so the actor's
+    refinement after it cannot copy one; the refinement still works the answer out."""
+    t = arithmetic_task()
+    expression, truth = t.metadata["rg_entry"]["expression"], t.answer
+    wrong = str(int(truth) + 3)
+    for initial, right in ((f"Answer: {truth}", True), (f"Answer: {wrong}", False)):
+        scripted = scripted_row(t, initial, show_result=False)
+        true, misleading = scripted.critiques
+        for c in scripted.critiques:
+            assert expression not in c.feedback and "The result is" not in c.feedback
+            assert c.feedback.startswith("The proposed answer ")
+        assert scripted.verdict_right(true) and not scripted.verdict_right(misleading)
+        assert true.refined_correct
+        assert true.refined == (initial if right else f"{expression} = {truth}.\nAnswer: {truth}")
+        assert not misleading.refined_correct
+    (only,) = critiques_and_refinements(t, f"Answer: {wrong}", wrong, False, samples=1,
+                                        show_result=False)
+    assert only[0] == f"The proposed answer {wrong} is wrong.\nVerdict: wrong"
+
+
+def scripted_rows(answers: list[tuple[int, bool]], show_result: bool = True) -> list[OracleRow]:
+    """Scripted oracle rows of arithmetic tasks: (task index, first answer right?) each."""
+    tasks = load_tasks(TASK, "train")
+    rows = []
+    for i, right in answers:
+        t = tasks[i]
+        answer = t.answer if right else str(int(t.answer) + 2)
+        rows.append(scripted_row(t, f"Answer: {answer}", show_result)
+                    .model_copy(update={"sample": len(rows)}))
+    return rows
+
+
+def test_pair_rules_and_critic_balance_are_config_choices() -> None:
+    """pairs.hold_right_answers off drops the pairs that teach the actor to ignore a disputing
+    critic; balance_critic keeps as many critic examples and pairs of right first answers as of
+    wrong ones (a base actor's are mostly wrong), drawn by the seed, every actor item kept."""
+    rows = scripted_rows([(0, True), (1, False), (2, False), (3, False), (4, False)])
+    held = build_pairs(rows, 300)
+    loose = build_pairs(rows, 300, PairsConfig(hold_right_answers=False))
+    kept_rule = "right answer kept > wrong refinement"
+    assert sum(p.rule == kept_rule for p in held["actor"]) == 1
+    assert [p for p in held["actor"] if p.rule != kept_rule] == loose["actor"]
+    assert loose["critic"] == held["critic"] and len(held["critic"]) == 5
+
+    def right_answers(items: list) -> list[bool]:
+        by_task = {r.task.task_id: r.initial_correct for r in rows}
+        return [by_task[i.task_id] for i in items]
+
+    balanced = build_pairs(rows, 300, balance_critic=True, seed=1)
+    assert sorted(right_answers(balanced["critic"])) == [False, True]
+    assert balanced["actor"] == held["actor"]
+    assert build_pairs(rows, 300, balance_critic=True, seed=1) == balanced  # seeded
+    drawn = {tuple(p.task_id for p in build_pairs(rows, 300, balance_critic=True, seed=s)
+                   ["critic"]) for s in range(8)}
+    assert len(drawn) > 1  # the wrong answer kept is drawn, not always the first
+    examples = sft_examples(rows, 300)
+    balanced_sft = sft_examples(rows, 300, balance_critic=True, seed=1)
+    assert sorted(right_answers(examples["critic"])) == [False] * 4 + [True]
+    assert sorted(right_answers(balanced_sft["critic"])) == [False, True]
+    assert balanced_sft["actor"] == examples["actor"]
+    # one kind only: nothing to balance against, everything kept
+    all_wrong = scripted_rows([(1, False), (2, False)])
+    assert len(build_pairs(all_wrong, 300, balance_critic=True)["critic"]) == 2
+
+
 def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> None:
     """`agora reflect oracle` with the scripted oracle: the actor's answers come from vLLM, the
     critiques from the ground truth, and no oracle endpoint is asked (none exists here)."""
@@ -297,6 +364,17 @@ def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> No
     reflect("pairs", path)
     critic_pairs = read_rows(run / "pairs" / "critic.jsonl", PreferencePair, "pairs")
     assert len(critic_pairs) == sum(len(r.critiques) == 2 for r in rows)
+    # verdict-only critiques, chosen in the config, reach the oracle file
+    verdict_path = write_config(
+        tmp_path / "verdict.yaml", name="reflect-verdict", policy=TINY_POLICY, policy_url=url,
+        train_tasks=2, actor_samples=1, actor={"sampling": TINY_SAMPLING},
+        oracle={"backend": "reference", "samples": 2, "critique": "verdict"})
+    reflect("oracle", verdict_path)
+    verdict_rows = read_rows(load_reflection_config(verdict_path).run_dir / "oracle.jsonl",
+                             OracleRow, "oracle")
+    assert len(verdict_rows) == 2
+    assert all(c.feedback.startswith("The proposed answer") and c.verdict is not None
+               for r in verdict_rows for c in r.critiques)
 
 
 # --- config errors --------------------------------------------------------------------------
@@ -325,6 +403,9 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     out = reflect("oracle", write_config(tmp_path / "c4.yaml", oracle={
         "backend": "reference", "samples": 3}), code=2)
     assert "the reference oracle writes at most 2 critiques per answer" in out
+    out = reflect("oracle", write_config(tmp_path / "c6.yaml", oracle={"critique": "verdict"}),
+                  code=2)
+    assert "oracle: critique: 'verdict' shapes the reference backend's critiques" in out
     out = reflect("oracle", write_config(tmp_path / "c5.yaml", oracle={"backend": "gpt"}),
                   code=2)
     assert "oracle.backend" in out
