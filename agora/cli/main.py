@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from agora.cli.data import data_app
 from agora.cli.keys import PEPPER_ENV, keys_app
 from agora.cli.reflection import reflect_app
 from agora.cli.results import results
@@ -41,6 +42,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 app.add_typer(verifier_app, name="verifier")
 app.add_typer(keys_app, name="keys")
 app.add_typer(reflect_app, name="reflect")
+app.add_typer(data_app, name="data")
 config_app = typer.Typer(no_args_is_help=True, help="The run config's reference and schema.")
 app.add_typer(config_app, name="config")
 app.command("results")(results)

@@ -188,9 +188,9 @@ class ReflectionConfig(_Strict):
                 raise ValueError(f"eval.tasks: {self.eval.tasks} held-out problems asked, but "
                                  f"the test split generates {generated} (task.test_size); "
                                  f"raise task.test_size to {self.eval.tasks}")
-        if self.task.source != "reasoning_gym" and self.task.format != "gsm8k":
-            raise ValueError(f"task.format: reflection is on math problems ('gsm8k'), "
-                             f"not '{self.task.format}'")
+        if self.task.source != "reasoning_gym" and self.task.format not in ("gsm8k", "math"):
+            raise ValueError(f"task.format: reflection is on math problems ('gsm8k' or "
+                             f"'math'), not '{self.task.format}'")
         return self
 
     def role(self, name: str) -> RoleConfig:

@@ -423,8 +423,8 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
 
 
 def test_task_sources_beyond_reasoning_gym(tmp_path: Path) -> None:
-    """A GSM8K-format JSONL file is a reflection task source (split by test_fraction);
-    an NLI file is refused by name."""
+    """A GSM8K- or MATH-format JSONL file is a reflection task source (split by
+    test_fraction); an NLI file is refused by name."""
     samples = Path(__file__).resolve().parents[2] / "data" / "samples"
     spec = {"source": "jsonl", "path": str(samples / "gsm8k_sample.jsonl"), "format": "gsm8k",
             "test_fraction": 0.25}
@@ -436,9 +436,23 @@ def test_task_sources_beyond_reasoning_gym(tmp_path: Path) -> None:
     assert maya.answer == "29"  # the text after "####"
     assert verify_math("36 - 7 = 29\nAnswer: 29", maya).correct
     assert not verify_math("36 - 7 = 28\nAnswer: 28", maya).correct
+    # the MATH-style split of configs/reflection_math_style.yaml: MATH-500 rows, whole
+    # problems held out, answers that are not numbers critiqued by the scripted oracle
+    shipped = load_reflection_config(Path(__file__).resolve().parents[2] / "configs" /
+                                     "reflection_math_style.yaml")
+    assert shipped.task.format == "math" and shipped.oracle.critique == "verdict"
+    math_train, math_test = load_tasks(shipped.task, "train"), load_tasks(shipped.task, "test")
+    assert len(math_test) >= 200 and len(math_train) >= shipped.train_tasks
+    assert not {t.question for t in math_train} & {t.question for t in math_test}
+    sum_task = next(t for t in math_train if t.difficulty == 3)
+    true, misleading = critiques_and_refinements(sum_task, "Answer: 1+1i", "1+1i", False,
+                                                 samples=2)
+    assert true[1] == f"The result is {sum_task.answer}.\nAnswer: {sum_task.answer}"
+    assert verify_math(true[1], sum_task).correct and not verify_math(misleading[1],
+                                                                       sum_task).correct
     nli = {**spec, "path": str(samples / "anli_sample.jsonl"), "format": "anli"}
     out = reflect("pairs", write_config(tmp_path / "k.yaml", task=nli), code=2)
-    assert "task.format: reflection is on math problems ('gsm8k'), not 'anli'" in out
+    assert "task.format: reflection is on math problems ('gsm8k' or 'math'), not 'anli'" in out
 
 
 # --- the whole pipeline on tiny-random ------------------------------------------------------

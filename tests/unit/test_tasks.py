@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from agora.data import NLI_LABELS, Task, TaskError, load_tasks, parse_spec
+from agora.data.formats import last_boxed
+from agora.data.math_style import complex_answer as math_style_answer
+from agora.data.math_style import math_style_rows
 from agora.rewards.verifiers.math import verify_math
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,6 +207,54 @@ def test_original_math_rows_take_the_boxed_answer_of_their_solution(tmp_path):
     assert [t.answer for t in tasks] == ["\\frac{a}{b^{2}}", "7"]
     assert [t.difficulty for t in tasks] == [4, None]
     assert tasks[0].metadata["type"] == "Algebra"
+
+
+def test_math_style_split_is_math500_rows_that_load_and_verify_as_math(tmp_path):
+    """`agora data math-style`: reasoning-gym problems in MATH-500's schema, distinct, each
+    answer its solution's box, loaded by the `format: math` parser and checked by
+    equivalence, complex answers included; the committed file is exactly what the command
+    documented in configs/reflection_math_style.yaml writes."""
+    rows = math_style_rows(per_subject=20, seed=0)
+    assert len(rows) == 60 and {r["level"] for r in rows} == {1, 2, 3}
+    assert all(set(r) == {"problem", "solution", "answer", "subject", "level", "unique_id"}
+               for r in rows)
+    assert len({r["problem"] for r in rows}) == 60 and len({r["unique_id"] for r in rows}) == 60
+    assert all(last_boxed(r["solution"]) == r["answer"] for r in rows)
+    path = write(tmp_path, "math_style.jsonl", rows)
+    tasks = load_tasks(jsonl("math", path), "all")
+    assert [t.answer for t in tasks] == [r["answer"] for r in rows]
+    assert {t.metadata["subject"] for t in tasks} == {"Prealgebra", "Algebra",
+                                                      "Intermediate Algebra"}
+    complex_task = next(t for t in tasks if t.difficulty == 3)
+    real, imag = re.fullmatch(r"(\d+)\+(\d+)i", complex_task.answer).groups()
+    assert verify_math(f"Answer: {complex_task.answer}", complex_task).correct
+    assert verify_math(f"Answer: {real}.0 + {imag}.0i", complex_task).correct
+    assert not verify_math(f"Answer: {real}+{int(imag) + 1}i", complex_task).correct
+    committed = [json.loads(line) for line in
+                 (ROOT / "data" / "math_style.jsonl").read_text().splitlines()]
+    assert committed == math_style_rows(per_subject=150, seed=0)
+
+
+def test_math_style_command_writes_the_split(tmp_path):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    out = tmp_path / "nested" / "style.jsonl"
+    result = CliRunner().invoke(app, ["data", "math-style", "--out", str(out),
+                                      "--per-subject", "4", "--seed", "2"])
+    assert result.exit_code == 0, result.output
+    assert "12 problems" in result.output
+    assert [json.loads(line) for line in out.read_text().splitlines()] == math_style_rows(4, 2)
+    bad = CliRunner().invoke(app, ["data", "math-style", "--out", str(out), "--per-subject", "0"])
+    assert bad.exit_code == 2 and "--per-subject" in bad.output
+
+
+@pytest.mark.parametrize(("given", "math"), [("2.0 + 7.0i", "2+7i"), ("-2.00i", "-2i"),
+                                             ("1.0 - 4.0i", "1-4i"), ("3.0 + 1.0i", "3+i"),
+                                             ("-1.0 - 1.0i", "-1-i"), ("4.0 + 0.0i", "4")])
+def test_complex_answers_are_written_as_math_writes_them(given, math):
+    assert math_style_answer(given) == math
 
 
 def test_file_split_is_seeded_exact_and_disjoint():
