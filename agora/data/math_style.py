@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -66,21 +67,26 @@ SUBJECTS = (
 
 
 def math_style_rows(per_subject: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Up to ``per_subject`` distinct problems of each subject, as MATH-500 rows."""
+    """Up to ``per_subject`` distinct problems of each subject, as MATH-500 rows, the subjects
+    taken in turn (a run's ``train_tasks`` takes a prefix of its training split, which must
+    hold every level, not the first subject only)."""
+    by_subject = [_subject_rows(s, per_subject, seed) for s in SUBJECTS]
+    return [row for turn in zip_longest(*by_subject) for row in turn if row is not None]
+
+
+def _subject_rows(s: Subject, per_subject: int, seed: int) -> list[dict[str, Any]]:
+    """Distinct problems of one subject; small spaces repeat, so 4x are drawn."""
     rows: list[dict[str, Any]] = []
-    for s in SUBJECTS:
-        seen: set[str] = set()
-        # small spaces repeat problems: draw 4x and keep the distinct ones
-        for index, entry in enumerate(create(s.dataset, s.config, 4 * per_subject, seed)):
-            problem = entry["question"].strip()
-            if problem in seen or len(seen) == per_subject:
-                continue
-            seen.add(problem)
-            answer = s.answer(str(entry["answer"]))
-            rows.append({"problem": problem,
-                         "solution": f"The answer is $\\boxed{{{answer}}}$.",
-                         "answer": answer, "subject": s.subject, "level": s.level,
-                         "unique_id": f"reasoning_gym/{s.dataset}/{seed}-{index}.json"})
+    seen: set[str] = set()
+    for index, entry in enumerate(create(s.dataset, s.config, 4 * per_subject, seed)):
+        problem = entry["question"].strip()
+        if problem in seen or len(seen) == per_subject:
+            continue
+        seen.add(problem)
+        answer = s.answer(str(entry["answer"]))
+        rows.append({"problem": problem, "solution": f"The answer is $\\boxed{{{answer}}}$.",
+                     "answer": answer, "subject": s.subject, "level": s.level,
+                     "unique_id": f"reasoning_gym/{s.dataset}/{seed}-{index}.json"})
     return rows
 
 

@@ -219,6 +219,7 @@ def test_math_style_split_is_math500_rows_that_load_and_verify_as_math(tmp_path)
     assert all(set(r) == {"problem", "solution", "answer", "subject", "level", "unique_id"}
                for r in rows)
     assert len({r["problem"] for r in rows}) == 60 and len({r["unique_id"] for r in rows}) == 60
+    assert [r["level"] for r in rows[:6]] == [1, 2, 3, 1, 2, 3]  # any prefix holds every level
     assert all(last_boxed(r["solution"]) == r["answer"] for r in rows)
     path = write(tmp_path, "math_style.jsonl", rows)
     tasks = load_tasks(jsonl("math", path), "all")
