@@ -106,6 +106,12 @@ class PairsConfig(_Strict):
         "it to hold a right answer against a critique, and where it cannot tell its right "
         "answers from its wrong ones, to ignore the critic altogether"
     )
+    keep_approved_answers: bool = Field(
+        False, description="the actor's 'answer kept after a true correct > changed to a wrong "
+        "answer' pairs: with the 'right refinement > wrong answer kept' pairs (after a true "
+        "wrong), they make the refinement turn depend on the verdict, so a critic right more "
+        "often than not adds to the actor's answers instead of shuffling them"
+    )
 
 
 class TrainStageConfig(_Strict):

@@ -19,6 +19,7 @@ import httpx
 from agora.data import Task, load_tasks
 from agora.reflection.clients import Agents, check, generate
 from agora.reflection.config import STAGES, ReflectionConfig
+from agora.reflection.critic_effects import critic_effects
 from agora.reflection.prompts import actor_messages, critic_messages, parse_verdict, refine_messages
 from agora.reflection.records import Transcript, Turn, write_rows
 from agora.reflection.scores import reflection_metrics
@@ -97,7 +98,8 @@ def evaluate_stage(cfg: ReflectionConfig, url: str, stage: str,
             f"(actor '{names['actor']}', critic '{names['critic']}')")
         transcripts = asyncio.run(_episodes(cfg, url, names, tasks, log))
     metrics = reflection_metrics(transcripts, cfg.eval.turns).as_dict()
-    result = {"stage": stage, **metrics, "seconds": round(time.monotonic() - started, 1),
+    result = {"stage": stage, **metrics, "critic": critic_effects(transcripts),
+              "seconds": round(time.monotonic() - started, 1),
               "stop_on_approval": cfg.eval.stop_on_approval, "adapters": names}
     out = cfg.run_dir / "eval"
     write_rows(out / f"{stage}.transcripts.jsonl", transcripts)

@@ -12,6 +12,12 @@ correctness of the refinement written after it.
   refinement right -> chosen the refinement, rejected the first answer unchanged; first answer
   right and refinement wrong -> chosen the first answer kept, rejected the refinement (unless
   ``pairs.hold_right_answers`` is off); both right or both wrong -> no pair.
+- actor, refinement after a true approval (``pairs.keep_approved_answers``; prompt: question +
+  right first answer + a critique whose verdict is "correct"): chosen the answer kept,
+  rejected a wrong answer to the same problem (the refinement written after that critique
+  when it changed the answer, else another critique's wrong refinement, else a wrong first
+  answer). Why: the rule above only covers a "wrong", so the actor learns to re-answer after
+  any feedback; this one teaches it to stand by an answer the critic approves.
 - critic (prompt: question + first answer): chosen a critique whose refinement is right,
   rejected one of the same answer whose refinement is wrong; between critiques with the same
   refinement outcome, one whose verdict matches the ground truth beats one whose does not.
@@ -81,6 +87,37 @@ def refine_pairs(row: OracleRow, max_chars: int,
     return [p for p in out if p is not None]
 
 
+def approved_keep_pairs(task_rows: list[OracleRow], max_chars: int,
+                        hold_right_answers: bool = True) -> list[PreferencePair]:
+    """The actor's refinement turn after a critique that rightly says "correct" (all rows share
+    the task): keep the answer rather than change it to a wrong one."""
+    wrong_firsts = [r.initial for r in task_rows if not r.initial_correct]
+    out = []
+    for row in task_rows:
+        if not row.initial_correct:
+            continue
+        question = row.task.question
+        for c in row.critiques:
+            if c.verdict != "correct":
+                continue
+            if not c.refined_correct:
+                if hold_right_answers:
+                    continue  # refine_pairs already pairs this very refinement
+                rejected = c.refined
+            else:
+                others = [o.refined for o in row.critiques
+                          if o is not c and not o.refined_correct]
+                candidates = others + wrong_firsts
+                if not candidates:
+                    continue
+                rejected = candidates[0]
+            prompt = refine_messages(question, row.initial, c.feedback, max_chars)
+            out.append(_pair("actor", "refine",
+                             "answer kept after a true 'correct' > changed to a wrong answer",
+                             row, prompt, row.initial, rejected))
+    return [p for p in out if p is not None]
+
+
 def critique_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
     """The critic's turn: critiques of the same answer, ranked by what they led to."""
     if len(row.critiques) < 2:
@@ -114,6 +151,8 @@ def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None
     critic_answer_right: list[bool] = []
     for task_rows in by_task.values():
         out["actor"] += first_turn_pairs(task_rows)
+        if rules.keep_approved_answers:
+            out["actor"] += approved_keep_pairs(task_rows, max_chars, rules.hold_right_answers)
         for row in task_rows:
             out["actor"] += refine_pairs(row, max_chars, rules.hold_right_answers)
             critiqued = critique_pairs(row, max_chars)

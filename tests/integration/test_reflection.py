@@ -32,6 +32,7 @@ from agora.algos.compute import resolve
 from agora.cli.main import app
 from agora.data import Task, load_tasks
 from agora.reflection.config import PairsConfig, load_reflection_config
+from agora.reflection.critic_effects import critic_effects
 from agora.reflection.pairs import build_pairs
 from agora.reflection.prompts import parse_verdict
 from agora.reflection.records import (
@@ -102,6 +103,40 @@ def test_metrics_follow_the_papers_definitions() -> None:
     assert majority_correct(a, 1) is False and majority_correct(b, 1) is True
     with pytest.raises(ValueError, match="exactly 5 answers"):
         reflection_metrics([a, transcript("short", [("7", True)])], turns=5)
+
+
+def test_critic_effects_count_what_the_critic_said_and_what_the_actor_did() -> None:
+    """Turn i's feedback judges turn i-1's answer; the actor 'changed' when its extracted
+    answer did; a carried turn (stop_on_approval) is a critique and no change."""
+    def turn(answer: str | None, right: bool, verdict: str | None = None,
+             first: bool = False, carried: bool = False) -> Turn:
+        return Turn(answer=f"Answer: {answer}", extracted=answer, correct=right,
+                    feedback=None if first else f"Verdict: {verdict}" if verdict else "hmm",
+                    verdict=verdict, carried=carried)
+
+    a = Transcript(task_id="a", question="q", reference="7", turns=[
+        turn("7", True, first=True),
+        turn("8", False, "wrong"),  # a right answer called wrong; the actor changed
+        turn("7", True, "wrong"),  # a wrong one called wrong; changed
+        turn("7", True, "correct"),  # right, approved, kept
+        turn("7", True, None)])  # no verdict; kept
+    b = Transcript(task_id="b", question="q", reference="3", turns=[
+        turn("5", False, first=True),
+        turn("5", False, "correct"),  # a wrong answer approved; kept
+        turn("4", False, "correct"),  # approved again; changed anyway
+        turn("4", False, "correct", carried=True),
+        turn("4", False, "correct", carried=True)])
+    got = critic_effects([a, b])
+    assert (got["critiques"], got["verdicts"], got["verdicts_right"]) == (8, 7, 2)
+    assert got["verdict_rate"] == 7 / 8
+    assert got["verdict_accuracy"] == 2 / 7  # only a's 2nd and 3rd verdicts agree
+    assert got["right_called_wrong"] == {"count": 1, "of": 3}
+    assert got["wrong_called_correct"] == {"count": 4, "of": 5}
+    assert got["actor_changed_after"] == {
+        "correct": {"critiques": 5, "changed": 1, "rate": 1 / 5},
+        "wrong": {"critiques": 2, "changed": 2, "rate": 1.0},
+        "none": {"critiques": 1, "changed": 0, "rate": 0.0}}
+    assert critic_effects([transcript("c", [("1", True)])])["verdict_rate"] is None
 
 
 def test_verdicts_are_read_from_the_last_verdict_line() -> None:
@@ -337,6 +372,46 @@ def test_pair_rules_and_critic_balance_are_config_choices() -> None:
     # one kind only: nothing to balance against, everything kept
     all_wrong = scripted_rows([(1, False), (2, False)])
     assert len(build_pairs(all_wrong, 300, balance_critic=True)["critic"]) == 2
+
+
+def test_approved_answers_kept_makes_the_refinement_turn_depend_on_the_verdict() -> None:
+    """pairs.keep_approved_answers: after a true "correct", the answer kept beats a change to
+    a wrong answer of the same problem, so the actor learns to re-answer after a "wrong" (the
+    existing rule) and to stand by an approved answer (this one)."""
+    rule = "answer kept after a true 'correct' > changed to a wrong answer"
+    t5, t6 = task("t5", "3"), task("t6", "2")
+    rows = hand_rows() + [
+        row(t5, 0, "Answer: 3", True, [  # approved, yet the refinement changed it
+            critique("f9: Verdict: correct", "correct", "Answer: 4", False)]),
+        row(t6, 0, "Answer: 2", True, [
+            critique("f10: Verdict: correct", "correct", "Answer: 2", True)]),
+        row(t6, 1, "Answer: 5", False, []),  # the only wrong text of t6: a first answer
+    ]
+
+    def approved(pairs: dict) -> set[tuple[str, str, str]]:
+        return {(said(p.prompt).split("Feedback:")[-1].split(":")[0].strip(), said(p.chosen),
+                 said(p.rejected)) for p in pairs["actor"] if p.rule == rule}
+
+    assert approved(build_pairs(rows, 200)) == set()  # off by default
+    held = build_pairs(rows, 200, PairsConfig(keep_approved_answers=True))
+    # t1: f2 approved and the refinement kept it: rejected is f1's wrong refinement; t5's own
+    # changed refinement is already a "right answer kept" pair; t6 borrows a wrong first answer
+    assert approved(held) == {("f2", "Answer: 7", "Answer: 8"), ("f10", "Answer: 2", "Answer: 5")}
+    assert all(p.kind == "refine" and "Verdict: correct" in said(p.prompt)
+               for p in held["actor"] if p.rule == rule)
+    loose = build_pairs(rows, 200, PairsConfig(hold_right_answers=False,
+                                               keep_approved_answers=True))
+    assert approved(loose) == approved(held) | {("f9", "Answer: 3", "Answer: 4")}
+    assert not any(p.rule == "right answer kept > wrong refinement" for p in loose["actor"])
+    # the scripted oracle: each right answer's true approval against the misleading slip
+    scripted = scripted_rows([(0, True), (1, False), (2, True)], show_result=False)
+    pairs = build_pairs(scripted, 300, PairsConfig(hold_right_answers=False,
+                                                   keep_approved_answers=True))
+    kept = [p for p in pairs["actor"] if p.rule == rule]
+    assert [p.task_id for p in kept] == [scripted[0].task.task_id, scripted[2].task.task_id]
+    for p, r in zip(kept, (scripted[0], scripted[2]), strict=True):
+        assert said(p.chosen) == r.initial and said(p.rejected) == r.critiques[1].refined
+        assert not r.critiques[1].refined_correct
 
 
 def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> None:
@@ -586,6 +661,8 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
             assert result[name] == again[name]
         assert result["pass1@turn1"] <= result["pass1@turn5"]
         assert result["maj1@turn5"] <= result["pass1@turn5"]
+        assert result["critic"] == critic_effects(transcripts)
+        assert result["critic"]["critiques"] == 3 * 4
         expected = "base" if stage == "base" else f"reflect-tiny-{stage}-actor"
         assert result["adapters"]["actor"] == expected
     served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
@@ -597,3 +674,8 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
     assert figures["maj1@turn5"].after.value == dpo["maj1@turn5"]
     assert figures["maj1@turn5"].after.n == 3
     assert figures["wrong->right"].after.value == dpo["wrong_to_right"]
+    # the critic's figures exist where it wrote a verdict at all (the tiny model may not)
+    critic = dpo["critic"]
+    assert ("critic verdicts right" in figures) == (critic["verdicts"] > 0)
+    changed = critic["actor_changed_after"]["wrong"]
+    assert ("actor changed after 'wrong'" in figures) == (changed["critiques"] > 0)

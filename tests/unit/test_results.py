@@ -222,6 +222,48 @@ def test_cooperative_demo_figures_are_mean_scores(tmp_path):
     assert figure.after.lo < 5.0 < figure.after.hi
 
 
+def test_reflect_figures_read_the_papers_metrics_and_what_the_critic_did(tmp_path):
+    """From `agora reflect eval`'s rows (reflection_metrics + critic_effects); an evaluation
+    written before critic_effects existed still reads, without the critic's figures."""
+    from agora.reflection.critic_effects import critic_effects
+    from agora.reflection.records import Transcript, Turn
+    from agora.reflection.scores import reflection_metrics
+    from agora.results.figures import reflect_figures
+
+    def stage(verdicts: list[tuple[bool, str, bool]]) -> dict:
+        """Per problem: (first answer right?, the critic's verdict, did the actor change?)."""
+        transcripts = []
+        for i, (right, verdict, changed) in enumerate(verdicts):
+            first = Turn(answer="a", extracted="7" if right else "6", correct=right)
+            later = [Turn(answer="b", extracted="5" if changed else first.extracted,
+                          correct=right and not changed, feedback=f"Verdict: {verdict}",
+                          verdict=verdict) for _ in range(4)]
+            transcripts.append(Transcript(task_id=str(i), question="q", reference="7",
+                                          turns=[first, *later]))
+        return {**reflection_metrics(transcripts, 5).as_dict(),
+                "critic": critic_effects(transcripts)}
+
+    before = stage([(True, "wrong", True), (False, "correct", False)])
+    after = stage([(True, "correct", False), (False, "wrong", True), (True, "correct", False)])
+    (tmp_path / "base.json").write_text(json.dumps(before))
+    (tmp_path / "dpo.json").write_text(json.dumps(after))
+    figures = {f.name: f for f in reflect_figures(tmp_path)}
+    right = figures["critic verdicts right"]
+    # before: turn 2 of problem 0 judges 7 (right) "wrong", its later turns judge 5 "wrong"
+    assert (right.before.value, right.before.n) == (0.375, 8)
+    assert (right.after.value, right.after.n) == (1.0, 12) and right.after.lo < 1.0
+    kept = figures["actor changed after 'correct'"]
+    assert (kept.before.value, kept.after.value, kept.after.n) == (0.0, 0.0, 8)
+    changed = figures["actor changed after 'wrong'"]
+    assert (changed.before.value, changed.after.value, changed.after.n) == (0.25, 0.25, 4)
+    assert figures["maj1@turn5"].after.value == after["maj1@turn5"]
+    for name in ("base.json", "dpo.json"):
+        old = json.loads((tmp_path / name).read_text())
+        del old["critic"]
+        (tmp_path / name).write_text(json.dumps(old))
+    assert not [f for f in reflect_figures(tmp_path) if "critic" in f.name or "actor" in f.name]
+
+
 def test_compare_figures_per_arm_and_round(tmp_path):
     """From the arms `agora compare` writes (DiscussionResult.as_dict)."""
     def result(rounds: int, correct: list[list[int]]) -> dict:
