@@ -10,7 +10,6 @@ reflection metrics). Nothing is recomputed from transcripts: the numbers are the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -206,34 +205,27 @@ def reflect_figures(eval_dir: Path) -> list[Figure]:
         figures.append(Figure(label, Estimate(float(before[key])), Estimate(float(after[key])),
                               share=False))
     if "critic" in after:  # evaluations written before critic_effects have none
-        for name, read in _CRITIC_FIGURES:
-            later = read(after["critic"])
+        earlier = _critic_estimates(before.get("critic") or {})
+        for name, later in _critic_estimates(after["critic"]).items():
             if later is not None:
-                figures.append(Figure(name, read(before.get("critic") or {}), later))
+                figures.append(Figure(name, earlier[name], later))
     return figures
 
 
-def _critic_share(count: int, of: int) -> Estimate | None:
-    return Estimate(count / of, *wilson(count, of), of) if of else None
+def _critic_estimates(critic: dict) -> dict[str, Estimate | None]:
+    """What the critic said and what the actor did with it (agora/reflection/critic_effects.py);
+    None where the stage gave no such critique."""
+    def share(count: int, of: int) -> Estimate | None:
+        return Estimate.proportion(count, of) if of else None
 
-
-def _verdicts_right(critic: dict) -> Estimate | None:
-    return _critic_share(critic.get("verdicts_right", 0), critic.get("verdicts", 0))
-
-
-def _changed_after(verdict: str) -> Callable[[dict], Estimate | None]:
-    def read(critic: dict) -> Estimate | None:
-        given = critic.get("actor_changed_after", {}).get(verdict, {})
-        return _critic_share(given.get("changed", 0), given.get("critiques", 0))
-    return read
-
-
-# What the critic said and what the actor did with it (agora/reflection/critic_effects.py).
-_CRITIC_FIGURES: list[tuple[str, Callable[[dict], Estimate | None]]] = [
-    ("critic verdicts right", _verdicts_right),
-    ("actor changed after 'correct'", _changed_after("correct")),
-    ("actor changed after 'wrong'", _changed_after("wrong")),
-]
+    changed = critic.get("actor_changed_after", {})
+    out = {"critic verdicts right": share(critic.get("verdicts_right", 0),
+                                          critic.get("verdicts", 0))}
+    for verdict in ("correct", "wrong"):
+        given = changed.get(verdict, {})
+        out[f"actor changed after '{verdict}'"] = share(given.get("changed", 0),
+                                                        given.get("critiques", 0))
+    return out
 
 
 def _reflect(stage: dict, key: str) -> Estimate:
