@@ -1,6 +1,7 @@
 """``agora reflect ...``: the reflection pipeline, one command per stage.
 
     agora reflect oracle configs/reflection_math.yaml   # actor answers, oracle critiques
+    agora reflect oracle ... --stage sft                # again on the SFT actor's answers
     agora reflect sft    configs/reflection_math.yaml   # SFT actor + critic adapters
     agora reflect pairs  configs/reflection_math.yaml   # preference pairs, no inference
     agora reflect dpo    configs/reflection_math.yaml   # DPO both, from SFT
@@ -82,24 +83,37 @@ def _save_report(cfg: ReflectionConfig, name: str, report: dict) -> Path:
 
 
 @reflect_app.command("oracle")
-def oracle_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
+def oracle_cmd(
+    config: Path = CONFIG_ARG,
+    stage: str = typer.Option("base", help="whose first answers: base (no adapter) or sft (the "
+                              "SFT actor's, for dpo.data_from: sft)"),
+    overrides: list[str] = SET_OPTION,
+) -> None:
     """(a) Oracle data: actor answers, oracle critiques and refines -> <run>/oracle.jsonl.
 
-    Every answer and refinement is checked against the ground truth here, once."""
+    Every answer and refinement is checked against the ground truth here, once. With --stage
+    sft the SFT actor answers instead -> <run>/oracle-sft.jsonl."""
     from agora.reflection.clients import oracle_api_key
-    from agora.reflection.oracle import ORACLE_FILE, collect_oracle_data
+    from agora.reflection.oracle import ORACLE_ROUNDS, collect_oracle_data, oracle_path
+    from agora.reflection.server import require_adapters
 
     cfg = _config(config, overrides)
+    if stage not in ORACLE_ROUNDS:
+        console.print("[bold red]error[/]: " + escape(f"--stage must be one of "
+                                                      f"{list(ORACLE_ROUNDS)}, not {stage!r}"),
+                      soft_wrap=True)
+        raise typer.Exit(2)
     with _failures():
         oracle_api_key(cfg.oracle.api_key_env)  # before a server starts, not after
+        require_adapters(cfg, stage)
         started = time.monotonic()
-        report = _with_server(cfg, lambda url: collect_oracle_data(cfg, url, _log))
+        report = _with_server(cfg, lambda url: collect_oracle_data(cfg, url, _log, stage))
         report["seconds"] = round(time.monotonic() - started, 1)
-    _save_report(cfg, "oracle", report)
+    _save_report(cfg, "oracle" if stage == "base" else f"oracle-{stage}", report)
     console.print(f"{report['answers']} first answers ({report['initial_accuracy']:.1%} right), "
                   f"{report['critiques']} critiques (refinements {report['refined_accuracy']:.1%}"
                   f" right, verdicts {report['verdict_accuracy']:.1%} right) in "
-                  f"{report['seconds']:.0f} s -> {cfg.run_dir / ORACLE_FILE}")
+                  f"{report['seconds']:.0f} s -> {oracle_path(cfg, stage)}")
 
 
 def _training_table(title: str, report: dict) -> Table:
@@ -211,7 +225,8 @@ def eval_cmd(
 
 @reflect_app.command("all")
 def all_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> None:
-    """Every stage (eval base, oracle, sft, pairs, dpo, eval sft, eval dpo), one server.
+    """Every stage (eval base, oracle, sft, [oracle sft], pairs, dpo, eval sft, eval dpo), one
+    server (the second oracle round when dpo.data_from is sft).
 
     Prints the metrics of the three stages and the wall time of each step."""
     from agora.reflection.dpo import train_dpo
@@ -234,6 +249,9 @@ def all_cmd(config: Path = CONFIG_ARG, overrides: list[str] = SET_OPTION) -> Non
         results = [timed("eval base", lambda: evaluate_stage(cfg, url, "base", _log))]
         _save_report(cfg, "oracle", timed("oracle", lambda: collect_oracle_data(cfg, url, _log)))
         _save_report(cfg, "sft", timed("sft", lambda: train_sft(cfg, _log)))
+        if cfg.dpo.data_from == "sft":
+            _save_report(cfg, "oracle-sft", timed("oracle sft", lambda: collect_oracle_data(
+                cfg, url, _log, "sft")))
         _save_report(cfg, "pairs", timed("pairs", lambda: write_pairs(cfg)))
         _save_report(cfg, "dpo", timed("dpo", lambda: train_dpo(cfg, _log)))
         for stage in ("sft", "dpo"):

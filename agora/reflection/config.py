@@ -135,6 +135,12 @@ class TrainStageConfig(_Strict):
 class DPOStageConfig(TrainStageConfig):
     learning_rate: float = Field(5e-5, gt=0.0, lt=1.0)
     beta: float = Field(0.1, gt=0.0, le=10.0, description="DPO's pull towards the SFT adapter")
+    data_from: Literal["base", "sft"] = Field(
+        "base", description="whose first answers DPO's pairs are made of: base = the oracle "
+        "round SFT learnt from (the base actor's answers); sft = a second oracle round on the "
+        "SFT actor's own answers (on-policy pairs: the critic learns to judge answers like those "
+        "it will see, not the base model's, and the actor's pairs start where it now stands)"
+    )
 
 
 class EvalStageConfig(_Strict):

@@ -10,12 +10,19 @@ The oracle sees the same prompts as the critic and actor will, plus the ground t
 ``oracle.show_reference`` is on; the saved data always pairs the oracle's text with the plain
 prompt, so the adapters learn to act without the reference. With ``oracle.backend: reference``
 no model writes them: a script does, from the ground truth (``reference_oracle.py``).
+
+A second round (``collect_oracle_data(..., stage="sft")``, asked for by ``dpo.data_from: sft``)
+does the same with the SFT actor's adapter writing the first answers, into ``oracle-sft.jsonl``:
+DPO's pairs are then made of answers like those the trained actor gives and its critic will
+judge, not the base model's (the first round's answers are mostly wrong and formatted as the
+base model writes; the SFT actor's are mostly right and written in the oracle's format).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -31,19 +38,28 @@ from agora.reflection.prompts import (
 )
 from agora.reflection.records import Critique, OracleRow, write_rows
 from agora.reflection.reference_oracle import critiques_and_refinements
+from agora.reflection.server import served_adapters
 from agora.serving.client import PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
-from agora.serving.vllm_server import SERVED_BASE_NAME
 
 ORACLE_FILE = "oracle.jsonl"
+ORACLE_ROUNDS = ("base", "sft")  # whose first answers the oracle critiques
 
 
-async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
+def oracle_path(cfg: ReflectionConfig, stage: str = "base") -> Path:
+    """``<run>/oracle.jsonl`` (the base actor's answers) or ``<run>/oracle-sft.jsonl``."""
+    if stage not in ORACLE_ROUNDS:
+        raise ValueError(f"the oracle critiques the answers of {list(ORACLE_ROUNDS)}, "
+                         f"not {stage!r}")
+    return cfg.run_dir / (ORACLE_FILE if stage == "base" else f"oracle-{stage}.jsonl")
+
+
+async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task], actor_model: str,
                        log: Callable[[str], None]) -> list[OracleRow]:
     limits = httpx.Limits(max_connections=cfg.eval.concurrency * 2)
     async with httpx.AsyncClient(timeout=cfg.oracle.timeout_s, limits=limits) as http:
         tokenizer = load_tokenizer(resolve_model(cfg.policy.model))
-        actor = PolicyClient(url, SERVED_BASE_NAME, tokenizer, cfg.actor.sampling, http=http)
+        actor = PolicyClient(url, actor_model, tokenizer, cfg.actor.sampling, http=http)
         oracle = None if cfg.oracle.scripted else ChatClient(
             cfg.oracle.base_url or f"{url}/v1", cfg.oracle.model, http,
             api_key=oracle_api_key(cfg.oracle.api_key_env))
@@ -89,7 +105,8 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task],
                 log(f"  oracle: {done}/{len(tasks) * cfg.actor_samples} answers critiqued")
             return OracleRow(task=task, sample=sample, initial=initial,
                              initial_extracted=first.extracted, initial_correct=first.correct,
-                             critiques=critiques, oracle_model=oracle_name(cfg))
+                             critiques=critiques, oracle_model=oracle_name(cfg),
+                             actor_model=actor_model)
 
         jobs = [one(task, s) for task in tasks for s in range(cfg.actor_samples)]
         return list(await asyncio.gather(*jobs))
@@ -100,20 +117,26 @@ def oracle_name(cfg: ReflectionConfig) -> str:
     return "reference" if cfg.oracle.scripted else cfg.oracle.model
 
 
-def collect_oracle_data(cfg: ReflectionConfig, url: str,
-                        log: Callable[[str], None] = print) -> dict[str, float]:
-    """Write ``<run>/oracle.jsonl``; returns counts and accuracies for the report."""
+def collect_oracle_data(cfg: ReflectionConfig, url: str, log: Callable[[str], None] = print,
+                        stage: str = "base") -> dict[str, float]:
+    """Write ``oracle_path(cfg, stage)``: the ``stage`` actor's first answers (``base``: no
+    adapter; ``sft``: the SFT actor's adapter, served for the duration), each critiqued and
+    refined by the oracle; returns counts and accuracies for the report."""
+    path = oracle_path(cfg, stage)
     tasks = load_tasks(cfg.task, split="train", limit=cfg.train_tasks)
     if not tasks:
         raise ValueError("task: the training split is empty")
     where = ("scripted from the ground truth" if cfg.oracle.scripted else
              f"{cfg.oracle.model} at {cfg.oracle.base_url or 'the policy server'}")
-    log(f"oracle: {len(tasks)} problems x {cfg.actor_samples} first answers x "
-        f"{cfg.oracle.samples} critiques ({where})")
-    rows = asyncio.run(_oracle_rows(cfg, url, tasks, log))
-    write_rows(cfg.run_dir / ORACLE_FILE, rows)
+    with served_adapters(cfg, url, stage) as names:
+        actor_model = names["actor"]
+        log(f"oracle: {len(tasks)} problems x {cfg.actor_samples} first answers of "
+            f"{actor_model} x {cfg.oracle.samples} critiques ({where})")
+        rows = asyncio.run(_oracle_rows(cfg, url, tasks, actor_model, log))
+    write_rows(path, rows)
     critiques = [c for row in rows for c in row.critiques]
     return {
+        "actor": actor_model,
         "problems": len(tasks),
         "answers": len(rows),
         "initial_accuracy": sum(r.initial_correct for r in rows) / len(rows),

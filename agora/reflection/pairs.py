@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from agora.reflection.balance import balance_by_answer
 from agora.reflection.config import ROLES, PairsConfig, ReflectionConfig
-from agora.reflection.oracle import ORACLE_FILE
+from agora.reflection.oracle import oracle_path
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
 from agora.reflection.records import OracleRow, PreferencePair, read_rows, write_rows
 
@@ -168,8 +168,11 @@ def pairs_path(cfg: ReflectionConfig, role: str):  # -> Path
 
 
 def write_pairs(cfg: ReflectionConfig) -> dict[str, dict[str, int]]:
-    """``<run>/pairs/{actor,critic}.jsonl``; returns the count of pairs per role and rule."""
-    rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
+    """``<run>/pairs/{actor,critic}.jsonl`` from the oracle round ``dpo.data_from`` names;
+    returns the count of pairs per role and rule."""
+    stage = cfg.dpo.data_from
+    hint = "agora reflect oracle CONFIG" + ("" if stage == "base" else f" --stage {stage}")
+    rows = read_rows(oracle_path(cfg, stage), OracleRow, hint)
     pairs = build_pairs(rows, cfg.max_shown_chars, cfg.pairs, cfg.balance_critic, cfg.seed)
     counts = {}
     for role in ROLES:

@@ -47,6 +47,7 @@ class OracleRow(_Row):
     initial_correct: bool
     critiques: list[Critique]
     oracle_model: str
+    actor_model: str = "base"  # the served model that wrote the first answer (base or SFT)
 
     def verdict_right(self, critique: Critique) -> bool:
         """Does the critique's verdict agree with the ground truth about the first answer?"""

@@ -439,6 +439,12 @@ def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> No
     reflect("pairs", path)
     critic_pairs = read_rows(run / "pairs" / "critic.jsonl", PreferencePair, "pairs")
     assert len(critic_pairs) == sum(len(r.critiques) == 2 for r in rows)
+    # the second round needs the SFT adapters, and its pairs need the second round
+    missing = reflect("oracle", path, "--stage", "sft", code=2)
+    assert "no sft adapter for the actor" in missing and "agora reflect sft" in missing
+    assert "not found" in reflect("pairs", path, "--set", "dpo.data_from=sft", code=2)
+    assert "reflect oracle" in reflect("pairs", path, "--set", "dpo.data_from=sft", code=2)
+    assert "--stage must be one of" in reflect("oracle", path, "--stage", "dpo", code=2)
     # verdict-only critiques, chosen in the config, reach the oracle file
     verdict_path = write_config(
         tmp_path / "verdict.yaml", name="reflect-verdict", policy=TINY_POLICY, policy_url=url,
@@ -619,6 +625,24 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
     wrong_first = sum(not r.initial_correct for r in rows)
     critic_data = read_rows(run / "sft" / "critic_data.jsonl", SFTExample, "sft")
     assert len(critic_data) == wrong_first  # only the critique that led to a right answer
+
+    # (b2) dpo.data_from: sft: a second oracle round on the SFT actor's own answers, its
+    # adapter served for the round and unloaded after; the pairs are then made of that round
+    assert {r.actor_model for r in rows} == {"base"}
+    asked = len(oracle_server)
+    reflect("oracle", path, "--stage", "sft")
+    sft_rows = read_rows(run / "oracle-sft.jsonl", OracleRow, "oracle")
+    assert len(sft_rows) == 6 and {r.actor_model for r in sft_rows} == {"reflect-tiny-sft-actor"}
+    assert len(oracle_server) - asked == 6 + 2 * 6  # one critique request, two refinements each
+    report = json.loads((run / "reports" / "oracle-sft.json").read_text())
+    assert report["actor"] == "reflect-tiny-sft-actor" and report["answers"] == 6
+    served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
+    assert "reflect-tiny-sft-actor" not in served
+    reflect("pairs", path, "--set", "dpo.data_from=sft")
+    on_policy = build_pairs(sft_rows, cfg.max_shown_chars, cfg.pairs, cfg.balance_critic,
+                            cfg.seed)
+    for role in ("actor", "critic"):
+        assert read_rows(run / "pairs" / f"{role}.jsonl", PreferencePair, "p") == on_policy[role]
 
     # (c) pairs, from the recorded texts alone
     before = len(oracle_server)
