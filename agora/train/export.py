@@ -18,11 +18,11 @@ from pathlib import Path
 import yaml
 
 from agora.config.run import RunConfig, load_config
-from agora.serving.model_folders import SMOLLM2, TINY_QWEN2, TINY_RANDOM, resolve_model
+from agora.serving.model_folders import GEMMA3, SMOLLM2, TINY_QWEN2, TINY_RANDOM, resolve_model
 from agora.serving.weights import live_weights_dir
 
 # agora's model names -> their hub ids (tiny-random has none: it is built locally for tests).
-HUB_IDS = {SMOLLM2: "HuggingFaceTB/SmolLM2-135M-Instruct"}
+HUB_IDS = {SMOLLM2: "HuggingFaceTB/SmolLM2-135M-Instruct", GEMMA3: "google/gemma-3-270m"}
 VERSION_DIR = re.compile(r"^v(\d+)$")
 
 

@@ -292,7 +292,7 @@ def test_vllm_servers_serve_every_run_config(projects, profile, monkeypatch):
     hosts = by_host(services)
     monkeypatch.setenv(SERVICES_ENV, hosts["trainer"]["environment"][SERVICES_ENV])
     servers = policy_servers(RUN_CONFIGS)
-    assert set(servers) == {"policy", "policy-2"}  # the second: maporl_two_base's qwen
+    assert set(servers) == {"policy", "policy-2"}  # the second: maporl_two_base's gemma
     models = services["models"]
     for host, served_models in servers.items():
         policy = hosts[host]
@@ -513,8 +513,8 @@ def test_services_override_moves_every_client(monkeypatch):
     with pytest.raises(ConfigError, match=r"services.hosts: unknown service\(s\) \['rewrd'\]"):
         load_config(DEFAULT_CONFIG)
     # A route to a base's own server applies where the config has that base, and only there.
-    monkeypatch.setenv(SERVICES_ENV, "{hosts: {policy: vllm-a, policy-qwen: vllm-b}}")
-    assert "policy-qwen" not in load_config(DEFAULT_CONFIG).services.hosts
+    monkeypatch.setenv(SERVICES_ENV, "{hosts: {policy: vllm-a, policy-gemma: vllm-b}}")
+    assert "policy-gemma" not in load_config(DEFAULT_CONFIG).services.hosts
     two = load_config(ROOT / "configs" / TWO_BASE_CONFIG)
     assert (two.policy_url("alice"), two.policy_url("bob")) == ("http://vllm-a:8100",
                                                                 "http://vllm-b:8101")

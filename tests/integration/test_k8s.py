@@ -256,7 +256,7 @@ def test_trainer_workers_and_volumes(built, tmp_path, monkeypatch):
 
 def test_vllm_servers_and_the_judge(built, monkeypatch):
     """Every shipped config's bases are served, routed as the two-base variant's pods route
-    them (its AGORA_SERVICES sends maporl_two_base's `qwen` to policy-2, all else to policy)."""
+    them (its AGORA_SERVICES sends maporl_two_base's `gemma` to policy-2, all else to policy)."""
     resources = built["two-base"]
     monkeypatch.setenv(SERVICES_ENV, config_map(resources, "agora-env")["data"][SERVICES_ENV])
     servers = policy_servers(RUN_CONFIGS)

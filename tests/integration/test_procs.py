@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -51,3 +52,15 @@ def test_a_stack_being_stopped_starts_nothing_again(tmp_path):
     assert stack.restart(policy) is policy and not policy.alive()
     assert [p for p in psutil.process_iter(["cmdline"])
             if p.info["cmdline"] == ["sleep", "600"] and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_service_killed_by_sigkill_is_reported_as_such_without_a_traceback(tmp_path):
+    # The kernel's OOM killer ends a service with SIGKILL. The tether passes the death on as
+    # its own; it used to try to reset SIGKILL's handler first, which raises, so the service's
+    # log ended in a tether traceback instead of the kill (a trainer killed for memory).
+    log = tmp_path / "victim.log"
+    svc = Service("victim", ["sh", "-c", "echo started; kill -9 $$"], log).start()
+    assert svc.process is not None
+    assert svc.process.wait(timeout=30) == -signal.SIGKILL
+    text = log.read_text()
+    assert "started" in text and "Traceback" not in text
