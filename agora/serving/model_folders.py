@@ -142,8 +142,8 @@ def _assemble_gemma3_gguf(folder: Path) -> Path:
     return target
 
 
-def _convert_gguf(gguf: Path, out: Path):
-    """A GGUF file -> a plain fp32 safetensors folder; returns (model, tokenizer) as saved."""
+def _convert_gguf(gguf: Path):
+    """A GGUF file -> a plain (dequantised, fp32) model and its tokenizer, not yet saved."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -167,7 +167,7 @@ def _convert_gguf(gguf: Path, out: Path):
 
 
 def _convert_smollm2(out: Path) -> None:
-    plain, tokenizer = _convert_gguf(smollm2_gguf_path(), out)
+    plain, tokenizer = _convert_gguf(smollm2_gguf_path())
     plain.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 
@@ -176,7 +176,7 @@ def _convert_gemma3(out: Path) -> None:
     from transformers import GenerationConfig
 
     with tempfile.TemporaryDirectory(prefix="gemma3-gguf.", dir=out.parent) as scratch:
-        plain, tokenizer = _convert_gguf(_assemble_gemma3_gguf(Path(scratch)), out)
+        plain, tokenizer = _convert_gguf(_assemble_gemma3_gguf(Path(scratch)))
     tokenizer.chat_template = GEMMA3_CHAT_TEMPLATE
     end_of_turn = tokenizer.convert_tokens_to_ids(GEMMA3_END_OF_TURN)
     # A reply ends at <end_of_turn> as well as <eos> (vLLM stops at the generation config's
