@@ -83,7 +83,9 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
         *out,
         Step("train", ["up", config, "--run-id", exp.name, *_sets([*sets, *minutes, *budget])]),
         Step("evaluate", ["eval", str(runs / exp.name),
-                          *(["--games", str(exp.games)] if exp.games else [])]),
+                          *(["--games", str(exp.games)] if exp.games else []),
+                          *(["--tasks", str(exp.tasks)] if exp.tasks else []),
+                          *(["--k", str(exp.eval_k)] if exp.eval_k else [])]),
     ]
 
 

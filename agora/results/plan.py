@@ -96,7 +96,12 @@ class Experiment(BaseModel):
     minutes: float | None = Field(None, gt=0, description="training budget (wall clock)")
     updates: int | None = Field(None, ge=1, description="training budget (PPO updates)")
     games: int | None = Field(None, ge=1, description="evaluation games / episodes")
-    tasks: int | None = Field(None, ge=1, description="held-out tasks (compare)")
+    tasks: int | None = Field(None, ge=1, description="held-out tasks (compare; a "
+                              "discussion's train_eval evaluation)")
+    # agora eval's samples per held-out task (its --k, default 4): a discussion on two real
+    # bases takes ~2 h to evaluate at k = 4 on 2 cores, ~25 min at k = 1 over 100 tasks.
+    eval_k: int | None = Field(None, ge=1, description="train_eval: discussions sampled per "
+                               "held-out task (agora eval --k)")
     warm_start: WarmStart | None = None
     # Start PPO from an earlier experiment's warm start (its SFT adapter) instead of making
     # one: variants of one recipe (another advantage, no KL term) then differ in PPO only,
@@ -123,6 +128,9 @@ class Experiment(BaseModel):
         if self.kind == "reflect" and (self.minutes or self.updates or self.warm_start):
             raise ValueError("reflect runs its config's stages: no minutes, updates or "
                              "warm_start")
+        if self.eval_k is not None and self.kind != "train_eval":
+            raise ValueError("eval_k: only a train_eval experiment runs agora eval (a "
+                             "compare scores one discussion per task)")
         if self.warm_start is not None and self.kind not in ("demo", "train_eval"):
             raise ValueError("warm_start: only demo and train_eval experiments warm-start "
                              "(a compare's two arms would start from one agent's SFT)")

@@ -81,6 +81,12 @@ def test_budgets_become_the_commands_options(tmp_path):
     train, evaluate = steps(plan.experiments[2], runs)
     assert "trainer.max_minutes=4" in train.args and "ppo.kl_coef=0" in train.args
     assert evaluate.args == ["eval", str(runs / "c"), "--games", "5"]
+    # A discussion's evaluation: held-out tasks and samples per task (agora eval's --k).
+    discussion = load_plan(write_plan(tmp_path, experiment(
+        name="d", kind="train_eval", config=str(ROOT / "configs/maporl_two_base.yaml"),
+        updates=2, tasks=100, eval_k=1)))
+    _, evaluate = steps(discussion.experiments[0], runs)
+    assert evaluate.args == ["eval", str(runs / "d"), "--tasks", "100", "--k", "1"]
 
 
 def test_a_train_eval_experiment_warm_starts_its_learner(tmp_path):
@@ -128,6 +134,8 @@ def test_a_variant_starts_from_an_earlier_experiments_warm_start(tmp_path):
     ({"name": "../x"}, "experiments.0.name"),
     ({"minutes": 1, "updates": 2}, "minutes or updates, not both"),
     ({"kind": "compare", "warm_start": {"episodes": 2}}, "only demo and train_eval experiments"),
+    ({"kind": "compare", "eval_k": 1}, "eval_k: only a train_eval experiment"),
+    ({"kind": "train_eval", "eval_k": 0}, "experiments.0.eval_k"),
     ({"kind": "reflect", "minutes": 3}, "reflect runs its config's stages"),
     ({"targets": ["wins vs random 0.7"]}, "is not 'FIGURE OP BOUND'"),
     ({"config": "configs/nothing.yaml"}, "experiments.ttt.config: no file"),
