@@ -47,6 +47,8 @@ def check_configs(experiments: list[Experiment]) -> None:
             load(exp.config, list(exp.overrides))
         except ConfigError as err:
             raise ConfigError(f"experiment {exp.name}: {err}") from None
+        if exp.warm_agent is not None:
+            warm_agent_index(exp)  # names a missing agent now, not after the SFT
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
@@ -61,10 +63,10 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
     if exp.warm_start is not None:  # demo and train_eval: SFT first, PPO starts from it
         adapter = runs / f"{exp.name}-sft"
         out.append(_warm_start_step(exp, adapter, sets))
-        sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
+        sets = [*sets, f"agents.{warm_agent_index(exp)}.init_adapter={adapter}"]
     elif exp.warm_start_from is not None:  # an earlier experiment's SFT (plan order)
         adapter = runs / f"{exp.warm_start_from}-sft"
-        sets = [*sets, f"agents.{learner_index(exp)}.init_adapter={adapter}"]
+        sets = [*sets, f"agents.{warm_agent_index(exp)}.init_adapter={adapter}"]
     if exp.kind == "demo":
         out.append(Step("train + evaluate", [
             "demo", config, "--run-id", exp.name,
@@ -96,6 +98,7 @@ def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
         "warm-start", str(exp.config), "--out", str(adapter), "--episodes", str(ws.episodes),
         "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
         "--batch-size", str(ws.batch_size), *([] if ws.opponents else ["--no-opponents"]),
+        *(["--agent", ws.agent] if ws.agent else []),
         *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)],
         product=adapter)
 
@@ -113,11 +116,16 @@ def outputs(exp: Experiment, runs: Path) -> Outputs:
     return Outputs(run / "eval", {})  # reflect all: eval/base.json ... eval/dpo.json
 
 
-def learner_index(exp: Experiment) -> int:
-    """The index in ``agents`` of the agent a warm start trains (the config's learner)."""
+def warm_agent_index(exp: Experiment) -> int:
+    """The index in ``agents`` of the agent a warm start trains (``warm_start.agent``, else the
+    config's learner)."""
     cfg = load_config(exp.config, exp.overrides)
-    name = cfg.learner or cfg.agents[0].name
-    return [a.name for a in cfg.agents].index(name)
+    name = exp.warm_agent or cfg.learner or cfg.agents[0].name
+    names = [a.name for a in cfg.agents]
+    if name not in names:
+        raise ConfigError(f"experiment {exp.name}: warm_start.agent: no agent '{name}' in "
+                          f"{exp.config} ({names})")
+    return names.index(name)
 
 
 def _sets(pairs: list[str]) -> list[str]:

@@ -29,6 +29,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -85,6 +86,10 @@ class WarmStart(BaseModel):
     batch_size: int = Field(8, ge=1)
     opponents: bool = Field(True, description="games: demonstrations against the config's "
                             "opponents mix (false: demonstrators in every seat)")
+    # A team of several learners: whom the SFT trains (a pretrained teammate that cannot yet
+    # write the answer format, say). The others start from their bases.
+    agent: str | None = Field(None, description="the agent to warm-start (default: the "
+                              "config's learner)")
 
 
 class Experiment(BaseModel):
@@ -110,6 +115,8 @@ class Experiment(BaseModel):
     warm_start_from: str | None = Field(None, pattern=NAME)
     overrides: list[str] = Field(default_factory=list, description="--set KEY=VALUE")
     targets: list[str] = Field(default_factory=list, description="'FIGURE OP BOUND'")
+    # warm_start_from's source's agent, filled in by Plan (steps() sees one experiment)
+    _inherited_agent: str | None = PrivateAttr(None)
 
     @field_validator("targets")
     @classmethod
@@ -120,6 +127,13 @@ class Experiment(BaseModel):
 
     def parsed_targets(self) -> list[Target]:
         return [Target.parse(text) for text in self.targets]
+
+    @property
+    def warm_agent(self) -> str | None:
+        """The agent whose init_adapter the warm start sets (None: the config's learner)."""
+        if self.warm_start is not None:
+            return self.warm_start.agent
+        return self._inherited_agent
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
@@ -165,6 +179,7 @@ class Plan(BaseModel):
                 raise ValueError(f"experiments.{index}.warm_start_from: "
                                  f"'{exp.warm_start_from}' trains {source.config}, this "
                                  f"experiment {exp.config}: an adapter fits its own config")
+            exp._inherited_agent = source.warm_start.agent
         return self
 
     def select(self, only: list[str]) -> list[Experiment]:

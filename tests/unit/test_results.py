@@ -101,6 +101,28 @@ def test_a_train_eval_experiment_warm_starts_its_learner(tmp_path):
     assert "init_adapter" not in " ".join(evaluate.args)  # eval reads the run's own adapters
 
 
+def test_a_warm_start_can_train_a_named_teammate_and_its_variants_start_it_too(tmp_path):
+    """Two learners (alice on SmolLM2, bob on Gemma): the SFT trains bob, PPO starts bob's
+    adapter from it, alice from her base; a variant from that warm start sets bob's too."""
+    two_base = str(ROOT / "configs/maporl_two_base.yaml")
+    first = experiment(name="tb", kind="train_eval", config=two_base, updates=2,
+                       warm_start={"episodes": 3, "agent": "bob"})
+    variant = experiment(name="tb-rloo", kind="train_eval", config=two_base, updates=2,
+                         warm_start_from="tb", overrides=["ppo.kl_coef=0"])
+    plan = load_plan(write_plan(tmp_path, first, variant))
+    check_configs(plan.experiments)
+    warm, train, _ = steps(plan.experiments[0], runs := tmp_path / "runs")
+    assert warm.args[warm.args.index("--agent") + 1] == "bob"
+    assert f"agents.1.init_adapter={runs / 'tb-sft'}" in train.args  # bob is agents[1]
+    assert not any(a.startswith("agents.0.init_adapter") for a in train.args)
+    train, _ = steps(plan.experiments[1], runs)
+    assert f"agents.1.init_adapter={runs / 'tb-sft'}" in train.args
+    # A teammate the config does not have is named before anything runs.
+    bad = load_plan(write_plan(tmp_path, {**first, "warm_start": {"agent": "carol"}}))
+    with pytest.raises(ConfigError, match="experiment tb: warm_start.agent: no agent 'carol'"):
+        check_configs(bad.experiments)
+
+
 def test_a_variant_starts_from_an_earlier_experiments_warm_start(tmp_path):
     negotiation = str(ROOT / "configs/negotiation.yaml")
     first = experiment(name="n", kind="train_eval", config=negotiation, minutes=4,
