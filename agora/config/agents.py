@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from agora.algos.compute import DEVICE_PATTERN
 from agora.config.base import StrictModel
+from agora.config.training import AgentPPOConfig
 
 
 class SamplingConfig(StrictModel):
@@ -75,6 +76,10 @@ class AgentConfig(StrictModel):
     # reference, kl_coef 0.01 paid PPO ~0.3 a turn to drift back to a base that cannot
     # negotiate, and deals fell from 98% to 1% (docs/recipes/context-agents.md).
     kl_reference: Literal["init", "base"] = "init"
+    # This learner's own learning rate, KL coefficient, clip range, ... over the run's ``ppo:``
+    # (fields left out: the run's). E.g. `ppo: {learning_rate: 1.0e-4}` for a warm-started
+    # agent on another base, or a full-weight agent beside LoRA ones.
+    ppo: AgentPPOConfig | None = None
     # Where this agent's learner trains (auto | cpu | cuda | cuda:N); None = trainer.device.
     # Two learners of a multi-model run can sit on two GPUs.
     device: str | None = Field(None, pattern=DEVICE_PATTERN)

@@ -71,6 +71,32 @@ class PPOConfig(StrictModel):
         return self
 
 
+class AgentPPOConfig(StrictModel):
+    """One learner's own optimiser settings (``agents[].ppo``), over the run's ``ppo:``.
+
+    Why per agent: the learners of a multi-model run can differ in base, size and fine-tuning
+    (a LoRA agent beside a full-weight one wants a learning rate ~100x larger; a warm-started
+    Gemma at SmolLM2's 5e-4 moved 1.3 nats/token from its SFT policy in 10 updates while its
+    accuracy fell). Only what one learner's update reads is here: batching, advantages and
+    staleness shape the trainer's batches for every agent and stay in ``ppo:``.
+    """
+
+    learning_rate: float | None = Field(None, gt=0.0, lt=1.0)
+    value_learning_rate: float | None = Field(None, gt=0.0, lt=1.0)
+    final_lr_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    clip_range: float | None = Field(None, gt=0.0, lt=1.0)
+    kl_coef: float | None = Field(None, ge=0.0)
+    max_grad_norm: float | None = Field(None, gt=0.0)
+    entropy_coef: float | None = Field(None, ge=0.0)
+
+
+def ppo_for_agent(ppo: PPOConfig, own: AgentPPOConfig | None) -> PPOConfig:
+    """The run's ``ppo:`` with the fields one agent sets for itself (None: the run's)."""
+    if own is None:
+        return ppo
+    return ppo.model_copy(update=own.model_dump(exclude_none=True))
+
+
 # The fields that left ``ppo:`` for ``trainer:`` (they are about the run, not the algorithm).
 # A config that still has them under ``ppo:`` (a run folder written before the move) is read
 # with them moved, so old runs still evaluate and resume.

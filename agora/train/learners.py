@@ -19,6 +19,7 @@ from agora.algos.distributed import DataParallel
 from agora.algos.ppo import PPOLearner
 from agora.algos.shared_base import SharedBase
 from agora.config.run import RunConfig
+from agora.config.training import ppo_for_agent
 from agora.serving.model_folders import resolve_model
 from agora.stack.hardware import pin_to_last_cpus
 
@@ -61,7 +62,7 @@ def build_learners(cfg: RunConfig, placements: dict[str, Placement],
     # learner itself declines sharing where it owns its modules (full weights, VLM, sharded).
     shared = SharedBase() if cfg.trainer.share_base else None
     learners = {agent.name: PPOLearner(resolve_model(cfg.models[agent.base].model), agent,
-                                       cfg.ppo, seed=cfg.seed,
+                                       ppo_for_agent(cfg.ppo, agent.ppo), seed=cfg.seed,
                                        placement=placements[agent.name], parallel=parallel,
                                        shared_base=shared)
                 for agent in cfg.agents}
