@@ -11,15 +11,11 @@ setup:
 demo: setup
 	$(PY) -m agora.cli demo $(CONFIG)
 
-# Two pytest workers, a test file each at a time (--dist loadfile: a file's tests share their
-# module's servers and run ids): the stacks spend much of their time waiting on servers that
-# start, so the other worker's tests fill it. TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/ruff check agora services tests bench
 	bash scripts/ensure_prometheus.sh
 	bash scripts/ensure_deploy_tools.sh
-	$(PY) -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q --durations=25 tests
 
 # tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~20 s.
 test-fast: setup
