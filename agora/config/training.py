@@ -76,7 +76,7 @@ class AgentPPOConfig(StrictModel):
 
     Why per agent: the learners of a multi-model run can differ in base, size and fine-tuning
     (a LoRA agent beside a full-weight one wants a learning rate ~100x larger; a warm-started
-    Gemma at SmolLM2's 5e-4 moved 1.3 nats/token from its SFT policy in 10 updates while its
+    Gemma at SmolLM2's 5e-4 moved 1.24 nats/token from its SFT policy in 10 updates while its
     accuracy fell). Only what one learner's update reads is here: batching, advantages and
     staleness shape the trainer's batches for every agent and stay in ``ppo:``.
     """
