@@ -395,46 +395,60 @@ def compare(
         raise typer.Exit(2) from None
     discussion = cfg.environment.spec.evaluation == "discussion"
     arms = []
-    for label, arm_cfg in arms_cfgs:
-        arm_id = f"{run_id}-{label.split('-')[0]}" if run_id else None
-        budget = (f"{arm_cfg.trainer.max_updates} updates" if arm_cfg.trainer.max_updates
-                  else f"{arm_cfg.trainer.max_minutes} min")
-        console.print(f"[bold cyan]== {label}[/]: {arm_cfg.environment.seats}, "
-                      f"{arm_cfg.environment.rounds} round(s), {budget}")
-        try:
-            stack = make_stack(arm_cfg, arm_id, False)
-        except LaunchError as err:
-            console.print(f"[bold red]cannot start[/]: {err}")
-            raise typer.Exit(2) from None
-        os.environ[API_KEY_ENV] = stack.vllm_api_key  # the arm is evaluated on its servers
-        os.environ[SERVICE_KEY_ENV] = stack.service_key
-        if discussion:  # evaluated on the arm's own servers, in the arm's own format
-            run_stack(stack, keep_serving=("redis", *(f"policy-{k}" for k in arm_cfg.models)))
+    held: Stack | None = None  # the previous arm's stack: its policy servers, still up
+    try:
+        for index, (label, arm_cfg) in enumerate(arms_cfgs):
+            arm_id = f"{run_id}-{label.split('-')[0]}" if run_id else None
+            budget = (f"{arm_cfg.trainer.max_updates} updates" if arm_cfg.trainer.max_updates
+                      else f"{arm_cfg.trainer.max_minutes} min")
+            console.print(f"[bold cyan]== {label}[/]: {arm_cfg.environment.seats}, "
+                          f"{arm_cfg.environment.rounds} round(s), {budget}")
             try:
-                before, after = evaluate_arm(arm_cfg, tasks)
+                stack = make_stack(arm_cfg, arm_id, False)
+            except LaunchError as err:
+                console.print(f"[bold red]cannot start[/]: {err}")
+                raise typer.Exit(2) from None
+            if held is not None:  # the arms share a base: no second vLLM start-up
+                if taken := stack.take_policies(held):
+                    console.print(f"[cyan]>[/] {', '.join(taken)}: the {arms[-1].label} arm's, "
+                                  "still running")
+                held = None
+            last = index == len(arms_cfgs) - 1
+            # The next arm may use this arm's policy servers as they run (Stack.take_policies).
+            keep_policies = () if last else stack.policy_names()
+            os.environ[API_KEY_ENV] = stack.vllm_api_key  # the arm is evaluated on its servers
+            os.environ[SERVICE_KEY_ENV] = stack.service_key
+            if discussion:  # evaluated on the arm's own servers, in the arm's own format
+                run_stack(stack, keep_serving=("redis", *stack.policy_names()))
+                try:
+                    before, after = evaluate_arm(arm_cfg, tasks)
+                finally:
+                    stack.stop(keep=keep_policies)
+                    held = stack
+                arms.append(ArmResult(label, stack.run_dir, before, after))
+                continue
+            # The arm's own servers stay up for its evaluation (no second vLLM start-up).
+            run_stack(stack, keep_serving=("redis", "reward", "judge", *stack.policy_names()))
+            console.print(f"[cyan]>[/] evaluating {learner}'s v0 and latest of the {label} arm "
+                          f"on {config.name} as written")
+            try:
+                before, after, eval_dir = evaluate_episodes_arm(
+                    cfg, stack.run_dir, learner,
+                    EvalOptions(games=games, output=stack.run_dir / "compare-eval",
+                                given=arm_servers(arm_cfg, learner)))
+            except EvalInputError as err:
+                console.print(f"[bold red]eval error[/]: {escape(str(err))}")
+                raise typer.Exit(2) from None
+            except ServiceFailed as err:
+                console.print(f"[bold red]service '{err.name}' failed[/]: {escape(str(err))}")
+                raise typer.Exit(1) from None
             finally:
-                stack.stop()
-            arms.append(ArmResult(label, stack.run_dir, before, after))
-            continue
-        # The arm's own servers stay up for its evaluation (no second vLLM start-up).
-        run_stack(stack, keep_serving=("redis", "reward", "judge",
-                                       *(f"policy-{k}" for k in arm_cfg.models)))
-        console.print(f"[cyan]>[/] evaluating {learner}'s v0 and latest of the {label} arm on "
-                      f"{config.name} as written")
-        try:
-            before, after, eval_dir = evaluate_episodes_arm(
-                cfg, stack.run_dir, learner,
-                EvalOptions(games=games, output=stack.run_dir / "compare-eval",
-                            given=arm_servers(arm_cfg, learner)))
-        except EvalInputError as err:
-            console.print(f"[bold red]eval error[/]: {escape(str(err))}")
-            raise typer.Exit(2) from None
-        except ServiceFailed as err:
-            console.print(f"[bold red]service '{err.name}' failed[/]: {escape(str(err))}")
-            raise typer.Exit(1) from None
-        finally:
-            stack.stop()
-        arms.append(ArmResult(label, stack.run_dir, before, after, "episodes", eval_dir))
+                stack.stop(keep=keep_policies)
+                held = stack
+            arms.append(ArmResult(label, stack.run_dir, before, after, "episodes", eval_dir))
+    finally:
+        if held is not None:  # an arm that failed, or was interrupted: nothing outlives us
+            held.stop()
 
     summary = {arm.label: arm.summary(learner) for arm in arms}
     curve_key = summary[arms[0].label]["curve_metric"]

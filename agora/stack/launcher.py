@@ -108,6 +108,9 @@ class Stack:
     # The reward and judge services' key (agora/ops/service_key.py), made the same way; every
     # service gets it in AGORA_SERVICE_KEY.
     service_key: str = field(default_factory=lambda: service_key() or secrets.token_urlsafe(24))
+    # Policy servers another stack of this process started, handed over by take_policies():
+    # start() uses them as they run (no second vLLM start-up) and they stop with this stack.
+    adopted: list[Service] = field(default_factory=list)
 
     @property
     def config_path(self) -> Path:
@@ -139,18 +142,24 @@ class Stack:
               with_trainer: bool = True, policy_running: bool = False) -> None:
         """Start every service in order; ``with_trainer=False`` leaves the trainer out (the
         benchmarks drive the queue themselves); ``policy_running=True`` uses vLLM servers
-        already listening on the configured ports (tests share one) instead of starting them."""
+        already listening on the configured ports (tests share one) instead of starting them;
+        so are the ones take_policies() handed over."""
         cfg, host = self.cfg, self.cfg.services.host
         self.stopping = False  # a stack stopped and started again is watched again
         external = external_redis_url()
-        policies = tuple(f"policy-{key}" for key in cfg.models)
-        preflight(cfg, external is not None, running=policies if policy_running else ())
-        on_phase("preparing models")
+        running = (tuple(f"policy-{key}" for key in cfg.models) if policy_running
+                   else tuple(svc.name for svc in self.adopted))
         try:
-            model_paths = {key: resolve_model(m.model) for key, m in cfg.models.items()}
-        except (OSError, RuntimeError, ValueError) as err:  # e.g. a conversion that failed
-            raise LaunchError(f"models: cannot prepare a model: {type(err).__name__}: {err}"
-                              ) from None
+            preflight(cfg, external is not None, running=running)
+            on_phase("preparing models")
+            try:
+                model_paths = {key: resolve_model(m.model) for key, m in cfg.models.items()}
+            except (OSError, RuntimeError, ValueError) as err:  # e.g. a conversion that failed
+                raise LaunchError(f"models: cannot prepare a model: {type(err).__name__}: "
+                                  f"{err}") from None
+        except BaseException:
+            self.stop()  # what take_policies() handed over does not outlive a failed start
+            raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         try:
@@ -166,9 +175,11 @@ class Stack:
                                                  password)])
             if not self.resume:
                 self.reset_run_state()
+            self.services.extend(self.adopted)  # ours now: watched, restarted, stopped
+            self.adopted = []
             on_phase("starting policy server(s), reward service, gateway")
             group = [self.policy_service(key, model_paths[key])
-                     for key in cfg.models if not policy_running]
+                     for key in cfg.models if f"policy-{key}" not in running]
             reward_env = ({"AGORA_REWARD_MODEL": str(Path(cfg.reward.learned_model).resolve())}
                           if cfg.reward.learned_model else {})
             group.append(self._uvicorn("reward", "services.reward.app:app",
@@ -311,11 +322,44 @@ class Stack:
             self.services = [new if s is old else s for s in self.services]
             return new
 
+    def policy_names(self) -> tuple[str, ...]:
+        """The names of this stack's policy servers (``policy-<model key>``)."""
+        return tuple(f"policy-{key}" for key in self.cfg.models)
+
+    def take_policies(self, other: Stack) -> list[str]:
+        """Before start(): take over ``other``'s running policy servers that this config can
+        use as they are, then stop everything ``other`` still runs. Returns the names taken.
+
+        Why: `agora compare` runs its arms one after the other on the same base models, and
+        each vLLM start-up costs ~30 s of CPU on two cores (three processes import vLLM and
+        torch). A server is shared only when both configs set its model identically (same
+        port, context, LoRA slots) and it serves the base with runtime LoRA: a full-weight
+        agent's server serves that run's own weights. The trainer loads each agent's adapter
+        in place under the agent's name, so the new run's v0 replaces the old run's latest.
+        The servers keep the key they were started with, so this stack takes that key too."""
+        def shareable(key: str) -> bool:
+            if other.cfg.models.get(key) != self.cfg.models[key]:
+                return False
+            return not any(agent.base == key and agent.finetune == "full"
+                           for agent in (*other.cfg.agents, *self.cfg.agents))
+
+        wanted = {f"policy-{key}" for key in self.cfg.models if shareable(key)}
+        taken = [svc for svc in other.services if svc.name in wanted and svc.alive()]
+        with other._lifecycle:
+            other.services = [svc for svc in other.services if svc not in taken]
+        other.stop()
+        if taken:
+            self.adopted = taken
+            self.vllm_api_key = other.vllm_api_key
+        return [svc.name for svc in taken]
+
     def stop(self, keep: tuple[str, ...] = (), grace_s: float = 10.0) -> None:
         """SIGTERM every service's process group at once, then SIGKILL what is left after
         ``grace_s`` (one grace period in total, not one per service)."""
         with self._lifecycle:
             self.stopping = True
+            self.services.extend(self.adopted)  # handed over and never started: ours too
+            self.adopted = []
             going = [s for s in self.services if s.name not in keep]
             stop_all(going, grace_s)
             self.services = [s for s in self.services if s.name in keep]

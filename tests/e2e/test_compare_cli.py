@@ -37,6 +37,11 @@ def test_compare_trains_both_arms_and_scores_them_on_the_same_partner(tmp_path):
     assert set(summary) == {"single-agent", "multi-agent"}
     # --updates 1 replaced the config's 3: each arm made exactly one update.
     assert [summary[a]["updates"] for a in summary] == [1, 1]
+    # One vLLM start-up for both arms: the multi arm used the single arm's server as it ran
+    # (its log is in the single arm's folder, the multi arm has none of its own).
+    assert "policy-tiny: the single-agent arm's, still running" in out
+    assert (single / "logs" / "policy-tiny.log").is_file()
+    assert not (multi / "logs" / "policy-tiny.log").exists()
     # The multi arm trained alice's peer in the partner's seat; the single arm never had one.
     assert (multi / "adapters" / "alice-peer").is_dir()
     assert not (single / "adapters" / "alice-peer").exists()

@@ -37,8 +37,10 @@ class VersionWatcher(threading.Thread):
                 self.seen.append(int(value))
 
 
-def test_worker_and_trainer_sigkill(tmp_path):
+def test_worker_and_trainer_sigkill(tmp_path, vllm_tiny):
+    _url, policy = vllm_tiny  # the session's vLLM: these faults do not touch the policy server
     cfg = tiny_config(
+        models={"tiny": policy.model_dump(mode="json")},
         trainer={"max_updates": 6},
         # Longer generations make episodes slow enough to kill a worker in the middle of one.
         agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
@@ -48,7 +50,7 @@ def test_worker_and_trainer_sigkill(tmp_path):
     run_id = "faults"
     stack = make_stack(cfg, run_id, False, runs_root=tmp_path)
     try:
-        stack.start()
+        stack.start(policy_running=True)
         client = redis.Redis.from_url(stack.redis_url)
         keys = RunKeys(run_id)
         watcher = VersionWatcher(client, keys.version("player"))

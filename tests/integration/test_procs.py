@@ -8,8 +8,10 @@ import threading
 import time
 
 import psutil
+import pytest
 
-from agora.stack.launcher import make_stack
+from agora.config.run import parse_config
+from agora.stack.launcher import LaunchError, make_stack
 from agora.stack.procs import Service, free_port
 from tests.stack_helpers import tiny_config
 
@@ -64,3 +66,54 @@ def test_a_service_killed_by_sigkill_is_reported_as_such_without_a_traceback(tmp
     assert svc.process.wait(timeout=30) == -signal.SIGKILL
     text = log.read_text()
     assert "started" in text and "Traceback" not in text
+
+
+def _sleeper(name: str, tmp_path) -> Service:
+    return Service(name, ["sleep", "600"], tmp_path / f"{name}.log").start()
+
+
+def test_a_stack_takes_over_the_policy_servers_it_can_share(tmp_path):
+    # `agora compare` runs its arms one after the other on one base: the second arm uses the
+    # first's vLLM as it runs instead of starting its own (~30 s of CPU each on two cores).
+    first_cfg = tiny_config()
+    first = make_stack(first_cfg, "arm-a", False, runs_root=tmp_path)
+    policy, reward = _sleeper("policy-tiny", tmp_path), _sleeper("reward", tmp_path)
+    first.services = [policy, reward]
+    same_models = first_cfg.model_copy(update={"name": "second"})
+    second = make_stack(same_models, "arm-b", False, runs_root=tmp_path)
+    second.vllm_api_key = "the second arm's own key"
+
+    assert second.take_policies(first) == ["policy-tiny"]
+    assert second.adopted == [policy] and policy.alive()
+    assert second.vllm_api_key == first.vllm_api_key  # the server checks the key it started with
+    assert first.services == [] and not reward.alive()  # the rest of the first arm is stopped
+    second.stop(grace_s=2.0)  # never started, and still it stops what it took over
+    assert not policy.alive() and second.adopted == [] and second.services == []
+
+
+def test_a_policy_server_set_up_otherwise_is_not_shared(tmp_path):
+    first_cfg = tiny_config()
+    for models in ({"tiny": {**first_cfg.models["tiny"].model_dump(), "max_model_len": 256}},
+                   {"tiny": {**first_cfg.models["tiny"].model_dump(), "port": free_port()}}):
+        first = make_stack(first_cfg, "arm-a", False, runs_root=tmp_path)
+        policy = _sleeper("policy-tiny", tmp_path)
+        first.services = [policy]
+        other = parse_config({**first_cfg.model_dump(mode="json"), "models": models})
+        second = make_stack(other, "arm-b", False, runs_root=tmp_path)
+        assert second.take_policies(first) == []
+        assert second.adopted == [] and not policy.alive()  # stopped with the first arm
+
+
+def test_a_failed_start_stops_the_policy_servers_it_took_over(tmp_path):
+    cfg = tiny_config()
+    first = make_stack(cfg, "arm-a", False, runs_root=tmp_path)
+    policy = _sleeper("policy-tiny", tmp_path)
+    first.services = [policy]
+    second = make_stack(cfg, "arm-b", False, runs_root=tmp_path)
+    assert second.take_policies(first) == ["policy-tiny"]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", cfg.services.reward_port))
+        holder.listen()
+        with pytest.raises(LaunchError, match=f"reward port {cfg.services.reward_port}"):
+            second.start()
+    assert not policy.alive() and second.adopted == [] and second.services == []
