@@ -17,7 +17,7 @@ test: setup
 	bash scripts/ensure_deploy_tools.sh
 	$(PY) -m pytest -q --durations=25 tests
 
-# tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~20 s.
+# tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~1 min on 2 cores (500 tests).
 test-fast: setup
 	$(PY) -m pytest -q tests/unit
 

@@ -147,7 +147,7 @@ class Stack:
         cfg, host = self.cfg, self.cfg.services.host
         self.stopping = False  # a stack stopped and started again is watched again
         external = external_redis_url()
-        running = (tuple(f"policy-{key}" for key in cfg.models) if policy_running
+        running = (self.policy_names() if policy_running
                    else tuple(svc.name for svc in self.adopted))
         try:
             preflight(cfg, external is not None, running=running)
