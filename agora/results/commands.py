@@ -60,7 +60,7 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
     budget = ([f"trainer.max_updates={exp.updates}", "trainer.max_minutes=null"]
               if exp.updates else [])
     out: list[Step] = []
-    if exp.warm_start is not None:  # demo and train_eval: SFT first, PPO starts from it
+    if exp.warm_start is not None:  # SFT first; PPO (a compare's both arms) starts from it
         adapter = runs / f"{exp.name}-sft"
         out.append(_warm_start_step(exp, adapter, sets))
         sets = [*sets, f"agents.{warm_agent_index(exp)}.init_adapter={adapter}"]
@@ -74,7 +74,7 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
             *(["--games", str(exp.games)] if exp.games else []), *_sets([*sets, *budget])]))
         return out
     if exp.kind == "compare":
-        return [Step("two arms", [
+        return [*out, Step("two arms", [
             "compare", config, "--run-id", exp.name,
             *(["--minutes", f"{exp.minutes:g}"] if exp.minutes else []),
             *(["--updates", str(exp.updates)] if exp.updates else []),

@@ -111,7 +111,8 @@ class Experiment(BaseModel):
     # Start PPO from an earlier experiment's warm start (its SFT adapter) instead of making
     # one: variants of one recipe (another advantage, no KL term) then differ in PPO only,
     # and skip the SFT (17 minutes for negotiation on 2 cores). In a compare both arms start
-    # from it (the multi-agent arm's learning peer is a copy of the learner).
+    # from it (the multi-agent arm's learning peer is a copy of the learner), as from a
+    # compare's own warm_start.
     warm_start_from: str | None = Field(None, pattern=NAME)
     overrides: list[str] = Field(default_factory=list, description="--set KEY=VALUE")
     targets: list[str] = Field(default_factory=list, description="'FIGURE OP BOUND'")
@@ -145,9 +146,6 @@ class Experiment(BaseModel):
         if self.eval_k is not None and self.kind != "train_eval":
             raise ValueError("eval_k: only a train_eval experiment runs agora eval (a "
                              "compare scores one discussion per task)")
-        if self.warm_start is not None and self.kind not in ("demo", "train_eval"):
-            raise ValueError("warm_start: only demo and train_eval experiments warm-start "
-                             "(a compare's two arms would start from one agent's SFT)")
         if self.warm_start_from is not None:
             if self.warm_start is not None:
                 raise ValueError("warm_start_from: give warm_start or warm_start_from, not both")

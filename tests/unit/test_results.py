@@ -101,6 +101,17 @@ def test_a_train_eval_experiment_warm_starts_its_learner(tmp_path):
     assert "init_adapter" not in " ".join(evaluate.args)  # eval reads the run's own adapters
 
 
+def test_a_compare_warm_starts_its_learner_before_both_arms(tmp_path):
+    research = str(ROOT / "configs/research.yaml")
+    plan = load_plan(write_plan(tmp_path, experiment(
+        name="r", kind="compare", config=research, updates=2, games=5,
+        warm_start={"episodes": 3, "max_steps": 5})))
+    warm, arms = steps(plan.experiments[0], runs := tmp_path / "runs")
+    assert warm.args[:2] == ["warm-start", research] and warm.product == runs / "r-sft"
+    assert arms.args[:2] == ["compare", research]
+    assert f"agents.0.init_adapter={runs / 'r-sft'}" in arms.args
+
+
 def test_a_warm_start_can_train_a_named_teammate_and_its_variants_start_it_too(tmp_path):
     """Two learners (alice on SmolLM2, bob on Gemma): the SFT trains bob, PPO starts bob's
     adapter from it, alice from her base; a variant from that warm start sets bob's too."""
@@ -155,7 +166,6 @@ def test_a_variant_starts_from_an_earlier_experiments_warm_start(tmp_path):
     ({"kind": "train"}, "experiments.0.kind"),
     ({"name": "../x"}, "experiments.0.name"),
     ({"minutes": 1, "updates": 2}, "minutes or updates, not both"),
-    ({"kind": "compare", "warm_start": {"episodes": 2}}, "only demo and train_eval experiments"),
     ({"kind": "compare", "eval_k": 1}, "eval_k: only a train_eval experiment"),
     ({"kind": "train_eval", "eval_k": 0}, "experiments.0.eval_k"),
     ({"kind": "reflect", "minutes": 3}, "reflect runs its config's stages"),
