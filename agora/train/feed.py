@@ -112,13 +112,13 @@ class EpisodeFeed:
 
     def collect(self, versions: Mapping[str, int],
                 budget_spent: Callable[[], bool]) -> Collected | None:
-        """Read episodes until every trainable agent has a batch, dropping turns more than
-        ``max_staleness`` versions behind ``versions``; None if the budget ran out. An episode
-        of a group (``ppo.group_size``) joins the batch with the rest of its group."""
+        """Read episodes until the batch is complete (``ppo.batch_fill``: every trainable
+        agent has ``batch_turns`` turns, or any has and each has one), dropping turns more
+        than ``max_staleness`` versions behind ``versions``; None if the budget ran out. An
+        episode of a group (``ppo.group_size``) joins the batch with the rest of its group."""
         trainable = [a.name for a in self.cfg.trainable_agents]
         got = Collected(turns={a: [] for a in trainable}, filtered=dict.fromkeys(trainable, 0))
-        ppo = self.cfg.ppo
-        while any(len(got.turns[a]) < ppo.batch_turns for a in trainable):
+        while not self._complete(got):
             if budget_spent():
                 return None
             self.top_up()
@@ -127,7 +127,7 @@ class EpisodeFeed:
             else:
                 entries = self.stream.read_new(count=64, block_ms=1000)
             for position, (entry_id, record) in enumerate(entries):
-                if all(len(got.turns[a]) >= ppo.batch_turns for a in trainable):
+                if self._complete(got):
                     # Batch full: keep the rest (already delivered to us, still pending in
                     # the stream) for the next batch. Updates stay ``batch_turns`` big however
                     # fast rollouts run, so the policy changes as often as the trainer can.
@@ -137,6 +137,16 @@ class EpisodeFeed:
             for late in self._overdue_groups():
                 self._add(got, late, versions)
         return got
+
+    def _complete(self, got: Collected) -> bool:
+        """Whether ``got`` is a whole batch under ``ppo.batch_fill``."""
+        sizes = [len(samples) for samples in got.turns.values()]
+        if not sizes:
+            return True
+        full = self.cfg.ppo.batch_turns
+        if self.cfg.ppo.batch_fill == "any":
+            return max(sizes) >= full and min(sizes) >= 1
+        return min(sizes) >= full
 
     def _whole_groups(self, entry_id: str, record: EpisodeRecord
                       ) -> list[tuple[str, EpisodeRecord]]:

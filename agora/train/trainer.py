@@ -4,7 +4,7 @@ One loop iteration (docs/architecture.md "The run's life", steps 1-3):
 1. keep ``queue_ahead`` rollout tasks outstanding on the Celery queue (and send again the ones
    the broker lost: agora/rollout/delivery.py);
 2. read finished episodes from the run's stream (consumer group), drop turns more than
-   ``max_staleness`` versions old, until every trainable agent has ``batch_turns`` turns;
+   ``max_staleness`` versions old, until the batch is complete (``ppo.batch_fill``);
 3. one PPO update per trainable agent (each its own model, critic and optimizer);
 4. every ``checkpoint_every`` updates: checkpoint, then XACK the entries it consumed;
 5. save each adapter as version v+1 and hot-swap it into the policy server;

@@ -22,7 +22,10 @@ def test_compare_trains_both_arms_and_scores_them_on_the_same_partner(tmp_path):
         environment={"name": "negotiation", "seats": ["alice", "context:partner"],
                      "prefill": "", "opponents": {"self": 1.0},
                      "negotiation": {"max_rounds": 2}},
-        ppo={"batch_turns": 4, "minibatch_turns": 4},
+        # batch_fill any: the multi arm's batch closes once alice or her peer has 4 turns
+        # (the other trains on its turns of the same episodes); the default, every, is what
+        # every other multi-agent run here trains with.
+        ppo={"batch_turns": 4, "minibatch_turns": 4, "batch_fill": "any"},
         trainer={"max_updates": 3, "pin_cpus": False, "nice": 0},
         output_dir=str(tmp_path / "runs"))
     proc = subprocess.run(
@@ -44,6 +47,10 @@ def test_compare_trains_both_arms_and_scores_them_on_the_same_partner(tmp_path):
     assert not (multi / "logs" / "policy-tiny.log").exists()
     # The multi arm trained alice's peer in the partner's seat; the single arm never had one.
     assert (multi / "adapters" / "alice-peer").is_dir()
+    row = json.loads((multi / "metrics.jsonl").read_text().splitlines()[0])
+    turns = {name: stats["turns"] for name, stats in row["agents"].items()}
+    assert set(turns) == {"alice", "alice-peer"} and min(turns.values()) >= 1
+    assert max(turns.values()) >= 4
     assert not (single / "adapters" / "alice-peer").exists()
     for arm, run_dir in (("single-agent", single), ("multi-agent", multi)):
         entry = summary[arm]
