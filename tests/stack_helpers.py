@@ -163,3 +163,24 @@ def bandit_samples(learner, good: int, bad: int, n: int) -> list:  # -> list[Tur
         sample.behaviour_logprobs = learner.sequence_logprobs(sample)
         out.append(sample)
     return out
+
+
+def feed_on_own_queue(redis_url: str, cfg: RunConfig, prefix: str):
+    """A trainer's episode feed (agora/train/feed.py) for ``cfg`` on a new run id, with the
+    stream's consumer group made, whose rollout tasks go to a queue of their own (no worker of
+    another test takes them). Returns (feed, stream, queue); delete the queue when done."""
+    import uuid
+
+    from agora.rollout.delivery import Delivery
+    from agora.rollout.stream import EpisodeStream
+    from agora.rollout.worker import TASK_NAME
+    from agora.train.feed import EpisodeFeed
+
+    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    stream = EpisodeStream(client, run_id)
+    stream.ensure_group()
+    feed = EpisodeFeed(cfg, run_id, redis_url, client, stream)
+    queue = f"rollouts-{run_id}"
+    feed.delivery = Delivery(stream, feed.celery, TASK_NAME, queue)
+    return feed, stream, queue

@@ -8,18 +8,14 @@ on its turns of the same episodes.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import redis
 
 from agora.config.base import ConfigError
-from agora.rollout.delivery import Delivery
 from agora.rollout.records import EpisodeRecord, Turn
 from agora.rollout.stream import EpisodeStream
-from agora.rollout.worker import TASK_NAME
 from agora.train.feed import EpisodeFeed
-from tests.stack_helpers import tiny_config
+from tests.stack_helpers import feed_on_own_queue, tiny_config
 
 BATCH = 6
 
@@ -33,14 +29,7 @@ def _feed(redis_url: str, fill: str) -> tuple[EpisodeFeed, EpisodeStream, str]:
                      "opponents": {"self": 1.0}},
         ppo={"batch_turns": BATCH, "minibatch_turns": BATCH, "batch_fill": fill},
         workers={"queue_ahead": 4})
-    run_id = f"fill-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(redis_url)
-    stream = EpisodeStream(client, run_id)
-    stream.ensure_group()
-    feed = EpisodeFeed(cfg, run_id, redis_url, client, stream)
-    queue = f"rollouts-{run_id}"  # a queue of its own: no worker of another test takes these
-    feed.delivery = Delivery(stream, feed.celery, TASK_NAME, queue)
-    return feed, stream, queue
+    return feed_on_own_queue(redis_url, cfg, "fill")
 
 
 def _episode(feed: EpisodeFeed, n: int) -> EpisodeRecord:

@@ -4,8 +4,6 @@ with its group, role and turn number. On a real Redis and Celery publisher."""
 
 from __future__ import annotations
 
-import uuid
-
 import redis
 
 from agora.rollout.delivery import Delivery
@@ -13,20 +11,13 @@ from agora.rollout.records import EpisodeRecord, Turn
 from agora.rollout.stream import EpisodeStream
 from agora.rollout.worker import TASK_NAME
 from agora.train.feed import EpisodeFeed
-from tests.stack_helpers import tiny_config
+from tests.stack_helpers import feed_on_own_queue, tiny_config
 
 
 def _feed(redis_url: str, **ppo) -> tuple[EpisodeFeed, EpisodeStream, str]:
     cfg = tiny_config(ppo={"batch_turns": 4, "minibatch_turns": 4, **ppo},
                       workers={"queue_ahead": 6})
-    run_id = f"groups-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(redis_url)
-    stream = EpisodeStream(client, run_id)
-    stream.ensure_group()
-    feed = EpisodeFeed(cfg, run_id, redis_url, client, stream)
-    queue = f"rollouts-{run_id}"  # a queue of its own: no worker of another test takes these
-    feed.delivery = Delivery(stream, feed.celery, TASK_NAME, queue)
-    return feed, stream, queue
+    return feed_on_own_queue(redis_url, cfg, "groups")
 
 
 def test_a_group_is_sent_together_with_one_seed_opponent_and_seat(redis_url):
