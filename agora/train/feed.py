@@ -129,8 +129,9 @@ class EpisodeFeed:
             for position, (entry_id, record) in enumerate(entries):
                 if self._complete(got):
                     # Batch full: keep the rest (already delivered to us, still pending in
-                    # the stream) for the next batch. Updates stay ``batch_turns`` big however
-                    # fast rollouts run, so the policy changes as often as the trainer can.
+                    # the stream) for the next batch. Updates stay ``batch_turns`` big (with
+                    # ``batch_fill: any``, the busiest learner's) however fast rollouts run, so
+                    # the policy changes as often as the trainer can.
                     self.backlog = entries[position:]
                     break
                 self._add(got, self._whole_groups(entry_id, record), versions)
