@@ -49,6 +49,8 @@ def check_configs(experiments: list[Experiment]) -> None:
             raise ConfigError(f"experiment {exp.name}: {err}") from None
         if exp.warm_agent is not None:
             warm_agent_index(exp)  # names a missing agent now, not after the SFT
+        if exp.warm_start is not None and exp.warm_start.overrides:
+            _check_sft_config(exp)
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
@@ -91,9 +93,20 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
     ]
 
 
+def _check_sft_config(exp: Experiment) -> None:
+    """The SFT's own overrides make a valid config (which seats every trainable agent)."""
+    ws = exp.warm_start
+    assert ws is not None
+    try:
+        load_config(exp.config, [*exp.overrides, *ws.overrides])
+    except ConfigError as err:
+        raise ConfigError(f"experiment {exp.name}: warm_start.overrides: {err}") from None
+
+
 def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
     ws = exp.warm_start
     assert ws is not None
+    sets = [*sets, *ws.overrides]  # the SFT's own, last: they win over the experiment's
     return Step("warm start", [
         "warm-start", str(exp.config), "--out", str(adapter), "--episodes", str(ws.episodes),
         "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",

@@ -90,6 +90,12 @@ class WarmStart(BaseModel):
     # write the answer format, say). The others start from their bases.
     agent: str | None = Field(None, description="the agent to warm-start (default: the "
                               "config's learner)")
+    # The SFT's own settings, after the experiment's overrides; PPO never sees them. Why:
+    # `environment.seats=[researcher,researcher]` has the learner demonstrate every seat, so
+    # the learning peer a compare puts in the scripted writer's seat (a copy of the learner,
+    # its warm start included) starts out able to write the answer it replaces.
+    overrides: list[str] = Field(default_factory=list, description="`key=value` settings "
+                                 "for the SFT only (e.g. seat the agent in every seat)")
 
 
 class Experiment(BaseModel):

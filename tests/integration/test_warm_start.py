@@ -60,6 +60,19 @@ def test_demonstrations_are_the_agents_turns_played_by_the_envs_demonstrator(nam
         assert all(e["completion"][0]["content"].startswith("Answer: ") for e in examples)
 
 
+def test_an_agent_in_every_research_seat_learns_both_the_research_and_the_answer():
+    """What a compare's learning writer starts from when its SFT seats the learner twice: the
+    oracle researcher's searches and notes, then the copy writer's answer from those notes."""
+    examples = demonstrations(env_config("research"), "player", episodes=3)
+    texts = [e["completion"][0]["content"] for e in examples]
+    notes = [t.removeprefix("NOTES: ") for t in texts if t.startswith("NOTES: ")]
+    answers = [t for t, e in zip(texts, examples, strict=True)
+               if "researcher's notes" in e["prompt"][-1]["content"]]
+    assert len(notes) == len(answers) == 3 and answers == notes  # one answer per episode
+    assert all(t.startswith("<tool>search: ") for t in texts if t not in answers
+               and not t.startswith("NOTES: "))
+
+
 def test_tictactoe_demonstrations_are_minimax_moves_from_both_seats():
     examples = demonstrations(env_config("tictactoe"), "player", episodes=4, seed=3)
     # Minimax against itself draws: every game fills the board, 9 moves, all of them ours.

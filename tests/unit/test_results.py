@@ -112,6 +112,31 @@ def test_a_compare_warm_starts_its_learner_before_both_arms(tmp_path):
     assert f"agents.0.init_adapter={runs / 'r-sft'}" in arms.args
 
 
+def test_a_warm_starts_own_overrides_reach_the_sft_only(tmp_path):
+    """The research compare's SFT seats the learner in both seats (researcher and writer), so
+    the learning peer that takes the writer's seat starts from an adapter that has written
+    answers; the two arms train the config as written."""
+    research = str(ROOT / "configs/research.yaml")
+    both = "environment.seats=[researcher,researcher]"
+    plan = load_plan(write_plan(tmp_path, experiment(
+        name="r", kind="compare", config=research, updates=2, overrides=["ppo.kl_coef=0.05"],
+        warm_start={"episodes": 3, "overrides": [both]})))
+    check_configs(plan.experiments)
+    warm, arms = steps(plan.experiments[0], tmp_path / "runs")
+    assert warm.args[-4:] == ["--set", "ppo.kl_coef=0.05", "--set", both]
+    assert both not in arms.args and "ppo.kl_coef=0.05" in arms.args
+    # A bad SFT setting, or one that unseats the learner, is named before anything runs.
+    for overrides, message in (
+            (["ppo.filter_group=true"], "warm_start.overrides: .*ppo.filter_group"),
+            (["environment.seats=[context:writer,context:writer]"],
+             "warm_start.overrides: .*cannot play the researcher seat")):
+        bad = load_plan(write_plan(tmp_path, experiment(
+            name="b", kind="compare", config=research, updates=2,
+            warm_start={"episodes": 3, "overrides": overrides})))
+        with pytest.raises(ConfigError, match=f"(?s)experiment b: {message}"):
+            check_configs(bad.experiments)
+
+
 def test_a_warm_start_can_train_a_named_teammate_and_its_variants_start_it_too(tmp_path):
     """Two learners (alice on SmolLM2, bob on Gemma): the SFT trains bob, PPO starts bob's
     adapter from it, alice from her base; a variant from that warm start sets bob's too."""
