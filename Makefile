@@ -2,6 +2,9 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
+# make test's pytest-xdist workers. Most of a stack test's time is waiting on its servers, so two
+# workers on 2 cores take ~X% of one's wall time; a test file stays on one worker (loadfile).
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-fast test-containers lint bench bench-gpu results lock clean
 
@@ -15,7 +18,7 @@ test: setup
 	$(VENV)/bin/ruff check agora services tests bench
 	bash scripts/ensure_prometheus.sh
 	bash scripts/ensure_deploy_tools.sh
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 # tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~1 min on 2 cores (500 tests).
 test-fast: setup

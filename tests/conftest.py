@@ -16,12 +16,17 @@ import pytest
 from agora.config.agents import BaseModelConfig
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
 from agora.serving.vllm_server import vllm_service
-from agora.stack.procs import Service, free_port, http_ok
+from agora.stack.procs import PORT_SHARD_ENV, Service, free_port, http_ok
 from agora.stack.redis_server import redis_service
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# `make test` runs the suite on pytest-xdist workers (gw0, gw1, ...): each hands out the ports of
+# its own shard (agora.stack.procs.port_shard), so two workers never pick the same free port.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault(PORT_SHARD_ENV, f"{int(worker.removeprefix('gw'))}/"
+                                          f"{os.environ['PYTEST_XDIST_WORKER_COUNT']}")
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,32 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 _HANDED_OUT: set[int] = set()
 _HANDED_OUT_LOCK = threading.Lock()
+PORT_SHARD_ENV = "AGORA_PORT_SHARD"
+
+
+def port_shard() -> tuple[int, int]:
+    """``AGORA_PORT_SHARD=INDEX/COUNT``: this process hands out only the ports of its shard.
+
+    Why: two processes that pick ports at the same moment for servers they start later (the
+    test suite's parallel workers, ``make test``) can each be handed the same free port by the
+    OS, and the second server then fails to bind. Ports of disjoint shards never meet. Unset:
+    one shard, every port."""
+    raw = os.environ.get(PORT_SHARD_ENV, "").strip()
+    if not raw:
+        return 0, 1
+    try:
+        index, count = (int(part) for part in raw.split("/"))
+    except ValueError:
+        raise ValueError(f"{PORT_SHARD_ENV}={raw!r}: expected INDEX/COUNT, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise ValueError(f"{PORT_SHARD_ENV}={raw!r}: INDEX must be in 0..COUNT-1")
+    return index, count
+
+
+def in_port_shard(port: int, index: int, count: int) -> bool:
+    # port // 2, not port: Linux hands bind(0) ports of one parity (odd here), so port % 2
+    # would leave one of two shards empty.
+    return (port // 2) % count == index
 
 
 def free_port() -> int:
@@ -54,13 +80,15 @@ def free_port() -> int:
 
     Binding to port 0 lets the OS pick any free port, so two calls in a row can return the
     same one (nothing is listening yet between them); a config given both would then be
-    refused for putting two services on one port (seen in a test run)."""
+    refused for putting two services on one port (seen in a test run). Only ports of this
+    process's shard (``port_shard``) are handed out."""
+    index, count = port_shard()
     with _HANDED_OUT_LOCK:
         for _ in range(1000):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
-            if port not in _HANDED_OUT:
+            if port not in _HANDED_OUT and in_port_shard(port, index, count):
                 _HANDED_OUT.add(port)
                 return port
     raise RuntimeError("no free TCP port left on 127.0.0.1")

@@ -12,7 +12,7 @@ import pytest
 
 from agora.config.run import parse_config
 from agora.stack.launcher import LaunchError, make_stack
-from agora.stack.procs import Service, free_port
+from agora.stack.procs import PORT_SHARD_ENV, Service, free_port, in_port_shard
 from tests.stack_helpers import tiny_config
 
 
@@ -25,6 +25,23 @@ def test_free_port_never_hands_out_the_same_port_twice():
     for port in ports[:20]:  # and each really is free to listen on
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_processes_of_different_port_shards_never_hand_out_the_same_port(monkeypatch):
+    # make test runs two pytest workers, each handing out ports for servers it starts later;
+    # AGORA_PORT_SHARD=i/2 keeps their ports apart (the OS alone could give both the same).
+    drawn = {}
+    for index in (0, 1):
+        monkeypatch.setenv(PORT_SHARD_ENV, f"{index}/2")
+        drawn[index] = {free_port() for _ in range(200)}
+        assert all(in_port_shard(port, index, 2) for port in drawn[index])
+    assert len(drawn[0]) == len(drawn[1]) == 200 and not drawn[0] & drawn[1]
+    monkeypatch.setenv(PORT_SHARD_ENV, "2/2")
+    with pytest.raises(ValueError, match="AGORA_PORT_SHARD='2/2'"):
+        free_port()
+    monkeypatch.setenv(PORT_SHARD_ENV, "half")
+    with pytest.raises(ValueError, match="expected INDEX/COUNT"):
+        free_port()
 
 
 def test_a_stack_being_stopped_starts_nothing_again(tmp_path):
