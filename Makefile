@@ -2,8 +2,10 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
-# make test's pytest-xdist workers. Most of a stack test's time is waiting on its servers, so two
-# workers on 2 cores take ~X% of one's wall time; a test file stays on one worker (loadfile).
+# make test's pytest-xdist workers. A stack test spends much of its time waiting on its servers,
+# so two workers on 2 cores overlap that waiting: 24 min of tests against 30 on one (2026-12-05).
+# A test file stays on one worker (loadfile); files go out in collection order (e2e first, the
+# short unit files last to fill the gaps), not largest-first, which left the stack tests for last.
 TEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-fast test-containers lint bench bench-gpu results lock clean
@@ -18,7 +20,8 @@ test: setup
 	$(VENV)/bin/ruff check agora services tests bench
 	bash scripts/ensure_prometheus.sh
 	bash scripts/ensure_deploy_tools.sh
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=25 tests
 
 # tests/unit only: nothing started (tests/unit/conftest.py refuses processes), ~1 min on 2 cores (500 tests).
 test-fast: setup
