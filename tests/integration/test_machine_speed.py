@@ -21,7 +21,9 @@ def test_the_probe_times_its_workload_and_leaves_torch_threads_as_found():
     assert speed.threads == 2 and speed.seconds > 0
     assert 0.5 < speed.matmul_gflops_1t < 10_000 and 0.5 < speed.matmul_gflops_all < 10_000
     assert 1 < speed.block_ms_1t < 60_000 and 1 < speed.block_ms_all < 60_000
-    assert 0.5 < speed.matmul_bf16_gflops_1t < 100_000 and speed.cpu
+    # bf16 without hardware support runs at ~1 GFLOP/s here, half that while the other test
+    # worker shares the core (make test runs two): a floor for the unit, not for the speed.
+    assert 0.05 < speed.matmul_bf16_gflops_1t < 100_000 and speed.cpu
     assert speed.as_dict()["quiet"] == speed.quiet
 
 
