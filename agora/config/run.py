@@ -35,7 +35,9 @@ from agora.train.tracking import TrackingConfig
 
 class RunConfig(StrictModel):
     name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
-    seed: int = 0
+    # Episode i trains on seed * 1_000_003 + i: the bound keeps a million episodes below the
+    # seeds evaluation holds out (agora.evaluation.context_envs.HELD_OUT_SEEDS).
+    seed: int = Field(0, ge=0, le=998)
     output_dir: str = "runs"
     models: dict[str, BaseModelConfig]
     agents: list[AgentConfig] = Field(..., min_length=1)

@@ -2,7 +2,7 @@
 
 Each compared policy (the evaluated version and its baseline: v0, or the base model for a
 checkpoint) plays the same ``episodes`` seeds in the config's seats. A scheduled context agent
-plays each strategy of its schedule in turn, by seed (seed i: strategy i mod their number), the
+plays each strategy of its schedule in turn, by seed (episode i: strategy i mod their number), the
 same for both policies, so the two meet the same partners, and a learner trained against a
 switching partner is judged against all of them, not only the one its last update met (the
 partner of the final clock made the "before" of a warm start 98% deals in one run and 35% in
@@ -23,6 +23,14 @@ against the item pool, or the team's answer against the question, with the env's
 judge asks in both orders; ``prob_a`` is 1 when a wins both, 0 when b does, 0.5 for a tie or a
 position-biased split. Preference rate = mean ``prob_a`` over the seeds, with a 95% Wilson
 interval over the number of seeds.
+
+Held-out seeds: an episode's content is a function of its seed (a research question, a
+negotiation's item pool, a planted bug, a story's premise), and training numbers its episodes
+0, 1, 2, ... (``cfg.seed * 1_000_003 + index``), as the warm start numbers its
+demonstrations. Evaluated on those seeds, a policy is asked what it was trained on: the one SFT
+researcher solved 80% of seeds 0-49, its own demonstrations, and 47% of seeds 1000-1149. So
+evaluation episode ``i`` plays seed ``HELD_OUT_SEEDS + --seed + i``, a range training never
+reaches (``RunConfig.seed`` is bounded for it).
 """
 
 from __future__ import annotations
@@ -42,9 +50,19 @@ from agora.rollout.runner import BotPlayer, Player
 from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import ContextSeat, build_env
 
+# Evaluation seeds start here; training's (RunConfig.seed * 1_000_003 + episode index) and a
+# warm start's (its episode index) stay below it.
+HELD_OUT_SEEDS = 1_000_000_000
 BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
 # Per-episode counts; every other env metric is within 0..1.
 COUNT_METRICS = {"tool_calls", "searches"}
+
+
+def held_out_seed(seed: int, episode: int) -> int:
+    """The seed evaluation episode ``episode`` plays (``seed``: ``agora eval --seed``)."""
+    return HELD_OUT_SEEDS + seed + episode
+
+
 def partner_strategies(cfg: RunConfig) -> dict[str, list[str]]:
     """Each context agent's strategies: its schedule's, in order, or its one fixed strategy."""
     out = {}
@@ -79,8 +97,9 @@ async def play_scored(ctx: EvalContext, served: dict[str, str], episodes: int, s
             else:
                 players.append(ctx.llm_player(seat, served[seat]))
         # The payload's seed picks what the seed picks in training (support: the level).
-        record = await ctx.play(build_env(cfg, {"seed": seed + i}), players, f"eval-{i}",
-                                seed + i, max_turns=256)
+        episode_seed = held_out_seed(seed, i)
+        record = await ctx.play(build_env(cfg, {"seed": episode_seed}), players, f"eval-{i}",
+                                episode_seed, max_turns=256)
         await asyncio.to_thread(score_episode, cfg, record)
         advance()
         return record

@@ -129,7 +129,8 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
     agents = evaluated_agents(target)
     learner = cfg.learner or agents[0]
     partners = context_envs.partner_strategies(cfg)
-    section: dict = {"episodes": count, "partners": partners, "policies": {}}
+    section: dict = {"episodes": count, "partners": partners, "policies": {},
+                     "seeds": [context_envs.held_out_seed(options.seed, i) for i in (0, count - 1)]}
     records = {}
     for policy, index in (("evaluated", 0), ("baseline", 1)):
         versions = {a: compared(target, a)[index] for a in agents}

@@ -31,6 +31,7 @@ from agora.cli import main as cli
 from agora.cli.main import app
 from agora.data import load_tasks
 from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID
+from agora.evaluation.context_envs import held_out_seed
 from agora.evaluation.discussion import Answer, round_metrics
 from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.runner import spaced
@@ -492,9 +493,11 @@ def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_
                                                                 reward_url, learner):
     url, _ = vllm_tiny
     solved = PROBLEMS[0]
-    # The prefill hands in the reference solution of problem 0: seeds 0..3 play problems 0..3,
-    # so exactly one episode in four is solved.
+    # The prefill hands in the reference solution of problem 0: episodes 0..3 play problems
+    # 0..3 (their held-out seeds start at a multiple of the problem count), so exactly one
+    # episode in four is solved.
     assert len(PROBLEMS) >= 4 and PROBLEMS_BY_ID[solved.problem_id] is solved
+    assert held_out_seed(0, 0) % len(PROBLEMS) == 0
     cfg = tiny_config(
         name="code",
         agents=[{"name": "fixer", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
