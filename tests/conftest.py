@@ -24,9 +24,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # `make test` runs the suite on pytest-xdist workers (gw0, gw1, ...): each hands out the ports of
 # its own shard (agora.stack.procs.port_shard), so two workers never pick the same free port.
+# vLLM's CPU engine binds its worker to the first CPU by default ("auto" leaves the others to the
+# front end): two workers' servers would share that one core while the other idles, so each
+# worker's servers bind their own core. In-process torch work keeps to one thread per worker:
+# two workers of two threads each on two cores oversubscribe them.
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault(PORT_SHARD_ENV, f"{int(worker.removeprefix('gw'))}/"
+    worker_index = int(worker.removeprefix("gw"))
+    os.environ.setdefault(PORT_SHARD_ENV, f"{worker_index}/"
                                           f"{os.environ['PYTEST_XDIST_WORKER_COUNT']}")
+    cpus = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cpus[worker_index % len(cpus)]))
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
