@@ -35,8 +35,8 @@ from agora.train.tracking import TrackingConfig
 
 class RunConfig(StrictModel):
     name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
-    # Episode i trains on seed * 1_000_003 + i: the bound keeps a million episodes below the
-    # seeds evaluation holds out (agora.evaluation.context_envs.HELD_OUT_SEEDS).
+    # 0-998: episode i of a run plays seed x 1,000,003 + i, so a million episodes stay below
+    # the seeds evaluation holds out (1,000,000,000 on: agora eval never replays a training one).
     seed: int = Field(0, ge=0, le=998)
     output_dir: str = "runs"
     models: dict[str, BaseModelConfig]
