@@ -513,6 +513,7 @@ def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_
     assert code == 0, out
     report, md = read_eval(run_dir / "eval")
     assert report["services"]["started"] == []
+    assert report["sections"]["episodes"]["seeds"] == [held_out_seed(0, 0), held_out_seed(0, 3)]
     for policy in report["sections"]["episodes"]["policies"].values():
         metrics = policy["agents"]["fixer"]
         assert metrics["success"] == metrics["solved"]
