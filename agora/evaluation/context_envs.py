@@ -2,7 +2,7 @@
 
 Each compared policy (the evaluated version and its baseline: v0, or the base model for a
 checkpoint) plays the same ``episodes`` seeds in the config's seats. A scheduled context agent
-plays each strategy of its schedule in turn, by seed (episode i: strategy i mod their number), the
+plays each strategy of its schedule in turn (episode i: strategy i mod their number), the
 same for both policies, so the two meet the same partners, and a learner trained against a
 switching partner is judged against all of them, not only the one its last update met (the
 partner of the final clock made the "before" of a warm start 98% deals in one run and 35% in
