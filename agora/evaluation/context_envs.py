@@ -24,13 +24,8 @@ judge asks in both orders; ``prob_a`` is 1 when a wins both, 0 when b does, 0.5 
 position-biased split. Preference rate = mean ``prob_a`` over the seeds, with a 95% Wilson
 interval over the number of seeds.
 
-Held-out seeds: an episode's content is a function of its seed (a research question, a
-negotiation's item pool, a planted bug, a story's premise), and training numbers its episodes
-0, 1, 2, ... (``cfg.seed * 1_000_003 + index``), as the warm start numbers its
-demonstrations. Evaluated on those seeds, a policy is asked what it was trained on: the one SFT
-researcher solved 80% of seeds 0-49, its own demonstrations, and 47% of seeds 1000-1149. So
-evaluation episode ``i`` plays seed ``HELD_OUT_SEEDS + --seed + i``, a range training never
-reaches (``RunConfig.seed`` is bounded for it).
+Evaluation episode ``i`` plays a held-out seed (agora.evaluation.seeds), never one training
+played.
 """
 
 from __future__ import annotations
@@ -42,6 +37,7 @@ from agora.config.agents import CONTEXT_PREFIX
 from agora.config.run import RunConfig
 from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
+from agora.evaluation.seeds import held_out_seed
 from agora.evaluation.stats import mean_interval, rate
 from agora.evaluation.switching import seated_strategies
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
@@ -50,17 +46,9 @@ from agora.rollout.runner import BotPlayer, Player
 from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import ContextSeat, build_env
 
-# Evaluation seeds start here; training's (RunConfig.seed * 1_000_003 + episode index) and a
-# warm start's (its episode index) stay below it.
-HELD_OUT_SEEDS = 1_000_000_000
 BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
 # Per-episode counts; every other env metric is within 0..1.
 COUNT_METRICS = {"tool_calls", "searches"}
-
-
-def held_out_seed(seed: int, episode: int) -> int:
-    """The seed evaluation episode ``episode`` plays (``seed``: ``agora eval --seed``)."""
-    return HELD_OUT_SEEDS + seed + episode
 
 
 def partner_strategies(cfg: RunConfig) -> dict[str, list[str]]:

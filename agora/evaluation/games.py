@@ -2,8 +2,9 @@
 
 ``play_games`` is the one way a game is evaluated: ``games`` games of a player with one other
 player (a scripted bot, another snapshot, or ``self``: the player in every seat) in every other
-seat, the player taking seat ``g mod seats`` in game ``g`` (seed ``seed + g``). Three reports
-read its ``Played`` records:
+seat, the player taking seat ``g mod seats`` in game ``g``, which plays the held-out seed
+``held_out_seed(seed, g)`` (agora.evaluation.seeds: a deck or a bot's dice training never
+played). Three reports read its ``Played`` records:
 
 Competitive games (``EnvSpec.evaluation == "round_robin"``): every pair of players plays
 ``games`` games, the first player of the pair moving first in the even-numbered ones; an illegal
@@ -34,6 +35,7 @@ from agora.envs.hanabi import MAX_SCORE
 from agora.envs.registry import make_bot
 from agora.evaluation.context import Advance, EvalContext, open_http
 from agora.evaluation.ratings import Game, trueskill_table
+from agora.evaluation.seeds import held_out_seed
 from agora.evaluation.stats import mean_interval, rate, wilson
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player
@@ -127,9 +129,10 @@ async def play_games(ctx: EvalContext, player: Contestant, other: Contestant | N
         seated = [me if other is None else other.player(ctx) for _ in range(seats)]
         seated[seat] = me
         # Built as in training (the run's options: an image view stays an image view).
-        env = build_env(ctx.cfg, {"seed": seed + g})
-        record = await ctx.play(env, seated, f"eval-{player.label}-{other_label}-{seed + g}",
-                                seed + g)
+        game_seed = held_out_seed(seed, g)
+        env = build_env(ctx.cfg, {"seed": game_seed})
+        record = await ctx.play(env, seated, f"eval-{player.label}-{other_label}-{game_seed}",
+                                game_seed)
         advance()
         return Played.of(record, player.label, other_label, seat)
 
@@ -273,7 +276,7 @@ class MatchResult:
 
 
 async def play_matches(ctx: EvalContext, agent: str, served: str, opponents: list[str],
-                       games: int, seed: int = 10_000) -> dict[str, MatchResult]:
+                       games: int, seed: int = 0) -> dict[str, MatchResult]:
     """``games`` games of ``agent`` (as ``served``) against each opponent, concurrently."""
     me = Contestant(agent, agent=agent, served=served)
     played = await asyncio.gather(*(

@@ -30,6 +30,7 @@ from agora.evaluation import context_envs, discussion, games
 from agora.evaluation.context import EvalContext, StartPhase, no_progress, open_http
 from agora.evaluation.curves import plot_training_curves
 from agora.evaluation.report import write_report
+from agora.evaluation.seeds import held_out_seed
 from agora.evaluation.serving import EvalServices, GivenUrls
 from agora.evaluation.target import EvalInputError, EvalTarget, Version, base_version
 
@@ -89,11 +90,12 @@ async def _games(ctx: EvalContext, target: EvalTarget, served: dict[Version, str
     players += [games.Contestant(b, bot=b) for b in bots]
     if cfg.environment.spec.evaluation == "duplicate":
         partners = ["self", *bots]
-        deals = await games.play_hanabi(ctx, players, partners, count, options.seed)
-        section = games.hanabi_report(deals, players, partners)
+        played = await games.play_hanabi(ctx, players, partners, count, options.seed)
+        section = games.hanabi_report(played, players, partners)
     else:
-        duels = await games.play_round_robin(ctx, players, count, options.seed)
-        section = games.tictactoe_report(duels, players)
+        played = await games.play_round_robin(ctx, players, count, options.seed)
+        section = games.tictactoe_report(played, players)
+    section["seeds"] = [min(p.seed for p in played), max(p.seed for p in played)]  # held out
     section["evaluated"] = snaps[-1].label
     section["games_per_pairing"] = count
     return section
@@ -130,7 +132,7 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
     learner = cfg.learner or agents[0]
     partners = context_envs.partner_strategies(cfg)
     section: dict = {"episodes": count, "partners": partners, "policies": {},
-                     "seeds": [context_envs.held_out_seed(options.seed, i) for i in (0, count - 1)]}
+                     "seeds": [held_out_seed(options.seed, i) for i in (0, count - 1)]}
     records = {}
     for policy, index in (("evaluated", 0), ("baseline", 1)):
         versions = {a: compared(target, a)[index] for a in agents}

@@ -31,10 +31,10 @@ from agora.cli import main as cli
 from agora.cli.main import app
 from agora.data import load_tasks
 from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID
-from agora.evaluation.context_envs import held_out_seed
 from agora.evaluation.discussion import Answer, round_metrics
 from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.runner import spaced
+from agora.evaluation.seeds import held_out_seed
 from agora.evaluation.stats import majority_vote, mean_interval, pass_at_k, rate, wilson
 from agora.evaluation.target import Version
 from agora.results.figures import train_eval_figures
@@ -276,6 +276,7 @@ def test_eval_tictactoe_run_round_robin_ratings_and_curves(tmp_path, vllm_tiny, 
     games = report["sections"]["games"]
     players = ["player@v0", "player@v2", "player@v3", "random", "minimax"]  # 3 of 4, spaced
     assert games["players"] == players and games["evaluated"] == "player@v3"
+    assert games["seeds"] == [held_out_seed(0, 0), held_out_seed(0, 3)]  # the bots' dice too
     assert report["services"]["started"] == []  # vLLM given; a game needs no judge or reward
     assert sorted(r["player"] for r in games["ratings"]) == sorted(players)
     assert sum(r["games"] for r in games["ratings"]) == 2 * 10 * 4  # 10 pairings x 4 games
@@ -334,6 +335,8 @@ def test_eval_hanabi_checkpoint_scores_by_partner_with_duplicate_ratings(tmp_pat
     assert section["players"] == players and section["partners"] == ["self", "hanabi_random",
                                                                     "hanabi_simple"]
     assert len(section["scores"]) == 4 * 3
+    # The decks dealt are held out: none is one training (seeds from 0) dealt.
+    assert section["seeds"] == [held_out_seed(0, 0), held_out_seed(0, 2)]
     for row in section["scores"]:
         assert row["games"] == 3 and 0.0 <= row["score"]["mean"] <= 25.0
         assert_rate(row["forfeit"])

@@ -1,5 +1,6 @@
-"""Evaluation episodes play seeds training never plays: an env whose content follows the seed
-(a research question, a negotiation's item pool) must not be evaluated on what it trained on."""
+"""Evaluation episodes and games play seeds training never plays: an env whose content follows
+the seed (a research question, a negotiation's item pool, a Hanabi deck) must not be evaluated on
+what it trained on."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import random
 import pytest
 
 from agora.config.run import ConfigError, load_config
+from agora.envs.hanabi import draw_order
 from agora.envs.research import research_question
-from agora.evaluation.context_envs import HELD_OUT_SEEDS, held_out_seed
+from agora.evaluation.seeds import HELD_OUT_SEEDS, held_out_seed
 from agora.rollout.worker import episode_payload
 
 ROOT = "configs/research.yaml"
 
 
-def training_seeds(seed: int, episodes: range) -> list[int]:
-    cfg = load_config(ROOT, [f"seed={seed}"])
+def training_seeds(seed: int, episodes: range, config: str = ROOT) -> list[int]:
+    cfg = load_config(config, [f"seed={seed}"])
     rng = random.Random(0)
     return [episode_payload(cfg, "run", i, rng, "redis://")["seed"] for i in episodes]
 
@@ -40,3 +42,13 @@ def test_the_largest_run_seed_keeps_a_million_episodes_below_the_held_out_seeds(
     assert last < HELD_OUT_SEEDS
     with pytest.raises(ConfigError, match="seed"):
         load_config(ROOT, ["seed=999"])
+
+
+def test_evaluation_deals_hanabi_decks_training_never_dealt():
+    trained = training_seeds(0, range(500), "configs/hanabi_selfplay.yaml")
+    decks = {tuple(draw_order(s)) for s in trained}
+    assert len(decks) == 500
+    # Before: `agora eval`'s deal g was training's episode g, deck for deck.
+    assert tuple(draw_order(trained[3])) == tuple(draw_order(3))
+    evaluated = {tuple(draw_order(held_out_seed(0, g))) for g in range(200)}
+    assert not evaluated & decks
