@@ -29,13 +29,19 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/scripts/containers.conf}"
 IMAGES="${AGORA_IMAGES:-reward}"
 [ "$IMAGES" = all ] && IMAGES="redis prometheus policy reward judge gateway rollout trainer"
 
+# netavark and aardvark-dns: the network stack with DNS between containers (scripts/
+# containers.conf); without Recommends, Debian's podman would have neither.
 missing=()
 for tool in podman runc debootstrap; do
     command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
 done
+for helper in netavark aardvark-dns; do
+    [ -x "/usr/lib/podman/$helper" ] || [ -x "/usr/libexec/podman/$helper" ] || missing+=("$helper")
+done
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "local_base_images: installing ${missing[*]} from Debian's packages" >&2
-    apt-get install -y --no-install-recommends podman runc debootstrap >/dev/null
+    apt-get install -y --no-install-recommends podman runc debootstrap netavark aardvark-dns \
+        >/dev/null
 fi
 export PATH="$PATH:/usr/sbin"
 

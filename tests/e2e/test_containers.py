@@ -196,7 +196,26 @@ def compose_run(config: str, run_id: str) -> tuple[str, dict[str, str], str]:
 def up_cpu_profile(project: str, env: dict[str, str], *more: str) -> None:
     up = compose(project, env, "up", "-d", "--no-build", "--wait", "--wait-timeout", "1200",
                  "trainer-cpu", "gateway", "rollout", *more, timeout=1500)
-    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + health_logs(project)
+
+
+def health_logs(project: str) -> str:
+    """Each unhealthy container's last health check outputs (why compose gave up on it)."""
+    names = podman("ps", "-a", "--format", "{{.Names}}", "--filter", "health=unhealthy",
+                   "--filter", f"label=com.docker.compose.project={project}", check=False)
+    return "".join(f"\n{name}: " + podman("inspect", "-f", "{{json .State.Health.Log}}", name,
+                                           check=False).stdout[-2000:]
+                   for name in names.stdout.split())
+
+
+def served_models(container: str, port: int) -> list[dict]:
+    """A vLLM container's /v1/models (the base and every adapter loaded, each with the path it
+    was loaded from as ``root``), asked from inside it with its own API key."""
+    listed = podman("exec", container, "python3", "-c",
+                    "import json, os, urllib.request; print(json.dumps(json.load(urllib.request."
+                    f"urlopen(urllib.request.Request('http://127.0.0.1:{port}/v1/models', "
+                    "headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']})))))")
+    return json.loads(listed.stdout)["data"]
 
 
 def down_leaves_nothing(project: str, env: dict[str, str]) -> None:
@@ -253,11 +272,8 @@ def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(image
 
         # Each version crossed from the trainer's container to the policy server's: vLLM
         # serves v3 from the shared runs volume.
-        models = podman("exec", container("policy-cpu"), "python3", "-c",
-                        "import json, os, urllib.request; print(json.load(urllib.request."
-                        "urlopen(urllib.request.Request('http://127.0.0.1:8100/v1/models', "
-                        "headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}))))")
-        assert "/runs/smoke/adapters/player/v3" in models.stdout, models.stdout
+        models = served_models(container("policy-cpu"), 8100)
+        assert "/runs/smoke/adapters/player/v3" in {m["root"] for m in models}, models
 
         # The key made above, from outside through the OpenAI client.
         agents = httpx.get(gateway + "/v1/agents", timeout=30,
@@ -272,6 +288,48 @@ def test_compose_cpu_profile_trains_hot_swaps_and_serves_across_containers(image
                         container("redis"), "redis-cli", "-p", "6390", "get",
                         "agora:smoke:episodes_failed")
         assert failed.stdout.strip() in ("", "0"), failed.stdout  # no episode given up on
+    finally:
+        down_leaves_nothing(project, env)
+
+
+@pytest.mark.timeout(2400)
+def test_compose_two_base_profiles_train_each_agent_on_its_own_base_server(images):
+    """MAPoRL's heterogeneous pair in containers (configs/compose_two_base.yaml): `--profile cpu
+    --profile two-base-cpu` runs a second vLLM container for Gemma 3 beside SmolLM2's; each
+    agent's turns are sampled from its own base's server (the learner's first ratio is 1 only
+    if the server that sampled a turn is the model that learns from it: the two bases share no
+    tokenizer), and each agent's new adapters are hot-swapped into that server and no other."""
+    project, env, _ = compose_run("compose_two_base.yaml", "pair")
+    env.update(COMPOSE_PROFILES="cpu,two-base-cpu", AGORA_MODELS="smollm2-135m gemma3-270m")
+    container = f"{project}-{{}}-1".format
+    trainer = container("trainer-cpu")
+    try:
+        up_cpu_profile(project, env)
+        waited = podman("wait", trainer, check=False, timeout=1500)
+        logs = podman("logs", trainer).stderr
+        assert waited.stdout.strip() == "0", logs[-3000:]
+        assert "update 1:" in logs and "update 2:" in logs, logs[-3000:]
+
+        # Each server runs its own base and serves only its own agent's versions.
+        roots = {server: {m["root"] for m in served_models(container(server), port)}
+                 for server, port in (("policy-cpu", 8100), ("policy-2-cpu", 8101))}
+        for server, base, agent in (("policy-cpu", "smollm2-135m", "alice"),
+                                    ("policy-2-cpu", "gemma3-270m", "bob")):
+            adapters = roots[server] - {f"/cache/models/{base}"}
+            assert len(adapters) < len(roots[server]), roots  # the base it was started with
+            assert f"/runs/pair/adapters/{agent}/v2" in adapters, roots
+            assert all(a.startswith(f"/runs/pair/adapters/{agent}/") for a in adapters), roots
+
+        # Both learners trained on turns their own base sampled: ratio 1 at the first (and
+        # only) minibatch of every update, for each.
+        metrics = podman("exec", container("gateway"), "cat", "/runs/pair/metrics.jsonl")
+        rows = [json.loads(line) for line in metrics.stdout.splitlines()]
+        assert [row["update"] for row in rows] == [1, 2], metrics.stdout[-2000:]
+        for row in rows:
+            assert set(row["agents"]) == {"alice", "bob"}, row
+            for agent, stats in row["agents"].items():
+                assert stats["turns"] >= 4, (agent, stats)
+                assert stats["ratio"] == pytest.approx(1.0, abs=0.05), (agent, stats)
     finally:
         down_leaves_nothing(project, env)
 
