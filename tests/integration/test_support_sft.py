@@ -70,7 +70,7 @@ def test_sft_adapter_imitates_the_oracle_starts_ppo_and_is_served(
     cfg = support_cfg(port)
     examples = oracle_examples(cfg, episodes=6, levels=[1])
     stage = TrainStageConfig(learning_rate=5e-3, epochs=30, batch_size=4, max_steps=40,
-                             threads=2, max_length=512, logging_steps=5)
+                             threads=1, max_length=512, logging_steps=5)
     out = tmp_path / "sft"
     tracked = cfg.model_copy(update={"tracking": TrackingConfig(report_to=["tensorboard"])})
     summary = train_support_sft(tracked, examples, out, stage, log=lambda _: None)

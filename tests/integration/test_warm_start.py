@@ -132,7 +132,7 @@ def test_a_warm_started_learner_starts_from_the_demonstrators_moves(tiny_model, 
     cfg = env_config("tictactoe")
     examples = demonstrations(cfg, "player", episodes=4)
     stage = TrainStageConfig(learning_rate=5e-3, epochs=30, batch_size=4, max_steps=30,
-                             threads=2, max_length=512, logging_steps=5)
+                             threads=1, max_length=512, logging_steps=5)
     out = tmp_path / "warm"
     summary = train_sft_adapter(cfg, "player", examples, out, stage, "warm start",
                                 log=lambda _: None)
