@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tictactoe_selfplay.yaml
 # make test's pytest-xdist workers. A stack test spends much of its time waiting on its servers,
-# so two workers on 2 cores overlap that waiting: 23-24 min of tests against 30 on one (2026-12-05).
+# so two workers on 2 cores overlap that waiting: 20.5-24 min of tests against 30 on one (2026-12-05).
 # A test file stays on one worker (loadfile); files go out in collection order (e2e first, the
 # short unit files last to fill the gaps), not largest-first, which left the stack tests for last.
 TEST_WORKERS ?= 2
