@@ -18,10 +18,15 @@ COMPOSE="${COMPOSE:-.venv/bin/docker-compose}"
 
 # A service this script started for another checkout runs with that checkout's containers.conf
 # (runtime, ulimits); once that file is gone every container start fails ("write child: broken
-# pipe", seen after a CI clone was deleted). Such a service is replaced.
+# pipe", seen after a CI clone was deleted). One started before the file changed keeps the old
+# settings (seen: the CNI network backend, no DNS between containers, after netavark became the
+# backend). Such a service is replaced: it is tagged with the file's path and content hash.
+CONF_SHA=$(sha256sum "$CONTAINERS_CONF" 2>/dev/null | cut -d' ' -f1 || true)
 for pid in $(pgrep -f "podman system service --time=0 $DOCKER_HOST" || true); do
-    theirs=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^CONTAINERS_CONF=//p')
-    if [ "$theirs" != "$CONTAINERS_CONF" ]; then
+    environ=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null || true)
+    theirs=$(sed -n 's/^CONTAINERS_CONF=//p' <<< "$environ")
+    their_sha=$(sed -n 's/^AGORA_CONTAINERS_CONF_SHA=//p' <<< "$environ")
+    if [ "$theirs" != "$CONTAINERS_CONF" ] || [ "$their_sha" != "$CONF_SHA" ]; then
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     fi
@@ -32,7 +37,7 @@ if ! curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1; then
     # A clean environment: the service outlives this call, and must carry neither the caller's
     # secrets (AGORA_REDIS_PASSWORD, ...) nor its run's tags (AGORA_RUN_ID) into later runs.
     env -i PATH="$PATH" HOME="${HOME:-/root}" CONTAINERS_CONF="$CONTAINERS_CONF" \
-        nohup podman system service --time=0 "$DOCKER_HOST" >/dev/null 2>&1 &
+        AGORA_CONTAINERS_CONF_SHA="$CONF_SHA" nohup podman system service --time=0 "$DOCKER_HOST" >/dev/null 2>&1 &
     for _ in $(seq 50); do
         curl -sf --unix-socket "$SOCKET" http://podman/_ping >/dev/null 2>&1 && break
         sleep 0.2

@@ -135,6 +135,12 @@ class TrainStageConfig(_Strict):
 class DPOStageConfig(TrainStageConfig):
     learning_rate: float = Field(5e-5, gt=0.0, lt=1.0)
     beta: float = Field(0.1, gt=0.0, le=10.0, description="DPO's pull towards the SFT adapter")
+    sft_weight: float = Field(
+        0.0, ge=0.0, le=100.0, description="weight of an SFT (negative log-likelihood) term on "
+        "the chosen answers beside DPO's (RPO; TRL's loss_type [sigmoid, sft]): DPO alone may "
+        "lower the chosen answers' likelihood as long as the rejected ones fall faster, and "
+        "undo what SFT taught; 0 = DPO alone"
+    )
     data_from: Literal["base", "sft"] = Field(
         "base", description="whose first answers DPO's pairs are made of: base = the oracle "
         "round SFT learnt from (the base actor's answers); sft = a second oracle round on the "

@@ -4,6 +4,8 @@ Each role's SFT adapter is loaded trainable on the base model and handed to DPOT
 ``ref_model`` and no ``peft_config``: TRL then adds a frozen copy of the adapter ("ref") as the
 reference policy, so the KL anchor of DPO is the SFT policy, as in the paper (the SFT-ed actor
 and critic are its reference policy). Only the trained adapter is saved, to ``<run>/dpo/<role>``.
+``dpo.sft_weight`` adds an SFT term on the chosen answers (RPO, Pang et al. 2024): measured
+here, DPO raised the actor's first answers but undid the turns that SFT had taught.
 
 A role without any pair keeps its SFT adapter (copied, and said so in the report and log):
 there is nothing to prefer, and a missing adapter would stop the evaluation of the other role.
@@ -77,8 +79,11 @@ def _train_role(cfg: ReflectionConfig, role: str, pairs: list[PreferencePair],
     started = time.monotonic()
     tracked = trl_tracking(cfg.tracking, cfg.run_dir / "tensorboard" / "dpo")
     with scratch_dir() as scratch, torch_threads(cfg.dpo.threads), tracked as report_to:
+        # With sft_weight, TRL adds its NLL term on the chosen answers to the sigmoid loss.
+        losses = ({"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, cfg.dpo.sft_weight]}
+                  if cfg.dpo.sft_weight > 0 else {})
         args = DPOConfig(**trainer_args(cfg.dpo, scratch, cfg.seed, placement, report_to),
-                         beta=cfg.dpo.beta)
+                         beta=cfg.dpo.beta, **losses)
         trainer = DPOTrainer(model=model, args=args, train_dataset=data,
                              processing_class=tokenizer,
                              callbacks=[log_callback(log, history, f"dpo {role}")])
@@ -87,7 +92,8 @@ def _train_role(cfg: ReflectionConfig, role: str, pairs: list[PreferencePair],
     seconds = time.monotonic() - started
     losses = [h for h in history if "loss" in h]
     last = losses[-1] if losses else {}
-    summary = {"pairs": len(pairs), "steps": result.global_step, "seconds": round(seconds, 1),
+    summary = {"pairs": len(pairs), "sft_weight": cfg.dpo.sft_weight,
+               "steps": result.global_step, "seconds": round(seconds, 1),
                "final_loss": last.get("loss", result.training_loss),
                "reward_accuracy": last.get("rewards/accuracies"),
                "reward_margin": last.get("rewards/margins")}

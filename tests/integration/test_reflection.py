@@ -47,7 +47,7 @@ from agora.reflection.records import (
 from agora.reflection.reference_oracle import critiques_and_refinements
 from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
-from agora.reflection.training import load_base
+from agora.reflection.training import META_FILE, load_base
 from agora.results.figures import reflect_figures
 from agora.rewards.verifiers.math import verify_math
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
@@ -584,6 +584,27 @@ def lora_weights(path: Path) -> dict:
     return load_file(str(path / "adapter_model.safetensors"))
 
 
+def chosen_logprob(adapter: Path, pairs: list[PreferencePair], cfg) -> float:
+    """Mean log-probability per token of the pairs' chosen answers under ``adapter``."""
+    import torch
+
+    base, tokenizer = load_base(resolve_model(TINY_RANDOM), resolve(cfg.trainer))
+    model = PeftModel.from_pretrained(base, str(adapter)).eval()
+    total, tokens = 0.0, 0
+    for pair in pairs:
+        prompt = [dict(m) for m in pair.prompt]
+        chosen = [dict(m) for m in pair.chosen]
+        start = len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
+                                                  return_dict=False))
+        ids = tokenizer.apply_chat_template(prompt + chosen, return_dict=False)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, :-1].float()
+        logp = logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+        total += float(logp[start - 1:].sum())
+        tokens += len(ids) - start
+    return total / tokens
+
+
 def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict]) -> None:
     url, _ = vllm_tiny
     path = write_config(
@@ -668,6 +689,15 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
     base, _ = load_base(resolve_model(TINY_RANDOM), resolve(cfg.trainer))  # PEFT loads it
     assert PeftModel.from_pretrained(base, str(run / "dpo" / "critic")).peft_config[
         "default"].target_modules == {"q_proj", "v_proj"}
+
+    # (d2) dpo.sft_weight: the same DPO step (same pairs, seed and batch) with an SFT term on
+    # the chosen answers leaves them likelier than DPO alone did.
+    plain = chosen_logprob(run / "dpo" / "actor", actor_pairs, cfg)
+    reflect("dpo", path, "--set", "dpo.sft_weight=10")
+    weighted = chosen_logprob(run / "dpo" / "actor", actor_pairs, cfg)
+    assert weighted > plain + 0.01, (weighted, plain)
+    meta = json.loads((run / "dpo" / "actor" / META_FILE).read_text())
+    assert meta["sft_weight"] == 10.0
 
     # (e) evaluation at every stage, adapters served by vLLM and unloaded afterwards
     for stage in ("base", "sft", "dpo"):
