@@ -42,6 +42,28 @@ def _stand_in_service(socket: Path, conf: Path, sha: str | None) -> tuple[int, s
     return int(parent.stdout.readline()), parent
 
 
+# The stand-in podman service: answers one HTTP request on its unix socket (the script's ping).
+PING_ONCE = """
+import http.server, socketserver, sys
+
+class Ping(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    def address_string(self):
+        return "unix"
+
+    def log_message(self, *args):
+        pass
+
+server = socketserver.UnixStreamServer(sys.argv[1].removeprefix("unix://"), Ping)
+server.timeout = 30
+server.handle_request()
+"""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -58,9 +80,14 @@ def test_a_service_started_under_other_settings_is_replaced_and_a_current_one_ke
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls.log"
-    # podman: records what it was asked ("system service" included) and lists no containers.
+    ping_once = bin_dir / "ping_once.py"  # the script starts its service with a clean env
+    ping_once.write_text(PING_ONCE)
+    # podman: records what it was asked and lists no containers; as `system service` it
+    # answers the script's one ping on the socket, then exits.
     (bin_dir / "podman").write_text(
-        f'#!/bin/sh\necho "podman $* (conf sha $AGORA_CONTAINERS_CONF_SHA)" >> {calls}\n')
+        f'#!/bin/sh\necho "podman $* (conf sha $AGORA_CONTAINERS_CONF_SHA)" >> {calls}\n'
+        f'[ "$1 $2" = "system service" ] && exec {sys.executable} {ping_once} "$4"\n'
+        'exit 0\n')
     compose = bin_dir / "compose"
     compose.write_text(f'#!/bin/sh\necho "compose $*" >> {calls}\n')
     for tool in (bin_dir / "podman", compose):
@@ -85,8 +112,8 @@ def test_a_service_started_under_other_settings_is_replaced_and_a_current_one_ke
         assert _alive(kept)  # the service with this file's settings still runs
         log = calls.read_text()
         assert "compose version" in log
-        # Nothing answered on the socket (a stand-in serves nothing): the script started a
-        # service of its own, tagged with this file's contents.
+        # Nothing answered on the socket (the stand-ins serve nothing): the script started a
+        # service of its own, tagged with this file's contents, and went on once it answered.
         assert f"podman system service --time=0 unix://{socket} (conf sha {current})" in log
     finally:
         for pid, parent in services:
