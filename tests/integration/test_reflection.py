@@ -690,12 +690,14 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
     assert PeftModel.from_pretrained(base, str(run / "dpo" / "critic")).peft_config[
         "default"].target_modules == {"q_proj", "v_proj"}
 
-    # (d2) dpo.sft_weight: the same DPO step (same pairs, seed and batch) with an SFT term on
-    # the chosen answers leaves them likelier than DPO alone did.
+    # (d2) dpo.sft_weight: the same DPO steps (same pairs, seed and batches) with an SFT term
+    # on the chosen answers leave them likelier than DPO alone did.
+    steps = ("--set", "dpo.max_steps=3", "--set", "dpo.learning_rate=1e-2")
+    reflect("dpo", path, *steps)
     plain = chosen_logprob(run / "dpo" / "actor", actor_pairs, cfg)
-    reflect("dpo", path, "--set", "dpo.sft_weight=10")
+    reflect("dpo", path, *steps, "--set", "dpo.sft_weight=10")
     weighted = chosen_logprob(run / "dpo" / "actor", actor_pairs, cfg)
-    assert weighted > plain + 0.01, (weighted, plain)
+    assert weighted > plain + 0.05, (weighted, plain)  # measured: +0.13 nats per token
     meta = json.loads((run / "dpo" / "actor" / META_FILE).read_text())
     assert meta["sft_weight"] == 10.0
 
