@@ -58,8 +58,8 @@ if ! podman image exists localhost/debian:bookworm; then
 fi
 
 if ! podman image exists localhost/python:3.11-slim; then
-    podman build --quiet -f scripts/images/python.Dockerfile -t localhost/python:3.11-slim \
-        scripts/images >/dev/null
+    podman build --quiet --network host -f scripts/images/python.Dockerfile \
+        -t localhost/python:3.11-slim scripts/images >/dev/null
 fi
 
 # The host's pip set-up, read-only inside every RUN step of the builds below.
@@ -75,12 +75,15 @@ for wheel in ${PIP_FIND_LINKS:-/opt/wheels}/torch-2.13.0+cpu-cp311-*.whl; do
     [ -f "$wheel" ] && torch=(--build-arg "TORCH_SPEC=$wheel")
 done
 
-# --format docker: OCI images drop HEALTHCHECK, which compose waits on.
-podman build --quiet --format docker -f services/base.Dockerfile -t localhost/agora-base \
-    --build-arg PYTHON_IMAGE=localhost/python:3.11-slim "${torch[@]}" "${host_pip[@]}" . \
-    >/dev/null
-build() {  # podman build, quiet, keeping HEALTHCHECK
-    podman build --quiet --format docker "$@" >/dev/null
+# --format docker: OCI images drop HEALTHCHECK, which compose waits on. --network host: the
+# RUN steps reach the package mirrors as the host does (its resolver and /etc/hosts: under
+# netavark a build container resolves through neither, and apt-get update failed, "Temporary
+# failure resolving 'deb.debian.org'", where the host maps that name in /etc/hosts).
+podman build --quiet --format docker --network host -f services/base.Dockerfile \
+    -t localhost/agora-base --build-arg PYTHON_IMAGE=localhost/python:3.11-slim \
+    "${torch[@]}" "${host_pip[@]}" . >/dev/null
+build() {  # podman build, quiet, keeping HEALTHCHECK, on the host's network
+    podman build --quiet --format docker --network host "$@" >/dev/null
 }
 for image in $IMAGES; do
     case "$image" in
