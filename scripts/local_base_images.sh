@@ -79,12 +79,11 @@ done
 # RUN steps reach the package mirrors as the host does (its resolver and /etc/hosts: under
 # netavark a build container resolves through neither, and apt-get update failed, "Temporary
 # failure resolving 'deb.debian.org'", where the host maps that name in /etc/hosts).
-podman build --quiet --format docker --network host -f services/base.Dockerfile \
-    -t localhost/agora-base --build-arg PYTHON_IMAGE=localhost/python:3.11-slim \
-    "${torch[@]}" "${host_pip[@]}" . >/dev/null
 build() {  # podman build, quiet, keeping HEALTHCHECK, on the host's network
     podman build --quiet --format docker --network host "$@" >/dev/null
 }
+build -f services/base.Dockerfile -t localhost/agora-base \
+    --build-arg PYTHON_IMAGE=localhost/python:3.11-slim "${torch[@]}" "${host_pip[@]}" .
 for image in $IMAGES; do
     case "$image" in
         redis)

@@ -597,9 +597,10 @@ def chosen_logprob(adapter: Path, pairs: list[PreferencePair], cfg) -> float:
         start = len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
                                                   return_dict=False))
         ids = tokenizer.apply_chat_template(prompt + chosen, return_dict=False)
+        tokens_in = torch.tensor([ids], device=model.device)  # on the learner's device
         with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0, :-1].float()
-        logp = logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+            logits = model(tokens_in).logits[0, :-1].float()
+        logp = logits.log_softmax(-1).gather(-1, tokens_in[0, 1:, None])[:, 0]
         total += float(logp[start - 1:].sum())
         tokens += len(ids) - start
     return total / tokens
