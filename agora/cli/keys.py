@@ -7,13 +7,15 @@
 
 The Redis is the gateway's: ``--redis-url``, else ``AGORA_REDIS_URL`` / ``REDIS_URL``, else
 ``redis://127.0.0.1:6390/0``. The embedded stack's Redis has a fresh password per start: give
-the URL ``agora up`` printed (``redis://:PASSWORD@127.0.0.1:6390/0``). If the gateway has a
+the run's directory that ``agora up`` printed (``--run runs/<run-id>``) and the CLI reads the
+password from the run's 0600 file, so it is never printed. If the gateway has a
 ``AGORA_GATEWAY_KEY_PEPPER``, the CLI needs the same one in its environment.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import redis
 import typer
@@ -22,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.gateway.keys import KeyStore, KeyStoreError
+from agora.stack.redis_server import run_redis_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 PEPPER_ENV = "AGORA_GATEWAY_KEY_PEPPER"
@@ -31,9 +34,20 @@ keys_app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 RedisUrl = typer.Option(None, "--redis-url", help="the gateway's Redis (default: "
                         "AGORA_REDIS_URL, REDIS_URL, or the embedded stack's)")
+RunDir = typer.Option(None, "--run", help="the embedded stack's run directory that `agora up` "
+                      "printed: its Redis, password read from the run's files")
 
 
-def _store(redis_url: str | None) -> KeyStore:
+def _store(redis_url: str | None, run_dir: Path | None = None) -> KeyStore:
+    if redis_url and run_dir:
+        console.print("[bold red]error[/]: give --redis-url or --run, not both")
+        raise typer.Exit(2)
+    if run_dir:
+        try:
+            redis_url = run_redis_url(run_dir)
+        except ValueError as err:
+            console.print(f"[bold red]error[/]: --run: {escape(str(err))}", soft_wrap=True)
+            raise typer.Exit(2) from None
     url = (redis_url or os.environ.get("AGORA_REDIS_URL") or os.environ.get("REDIS_URL")
            or DEFAULT_REDIS_URL)
     client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
@@ -41,8 +55,8 @@ def _store(redis_url: str | None) -> KeyStore:
         client.ping()
     except redis.AuthenticationError as err:
         console.print(f"[bold red]error[/]: Redis refused us ({escape(str(err))}): it needs a "
-                      "password; pass the --redis-url that `agora up` printed "
-                      "(redis://:PASSWORD@host:port/0)")
+                      "password; pass the --run directory that `agora up` printed "
+                      "(or --redis-url redis://:PASSWORD@host:port/0)")
         raise typer.Exit(2) from None
     except (redis.RedisError, ValueError) as err:
         console.print(f"[bold red]error[/]: cannot reach Redis: {escape(str(err))} (is the "
@@ -64,11 +78,12 @@ def create(
     scope: str = typer.Option("chat", "--scope", help="chat: models, agents, chat, its own "
                               "episodes. admin: also training runs (/v1/runs)"),
     redis_url: str = RedisUrl,
+    run_dir: Path = RunDir,
 ) -> None:
     """Create a key and print it (only now: it is stored hashed). Once any key exists, the
     gateway requires one on every route except /health and /metrics."""
     try:
-        key = _store(redis_url).create(name, rate, scope)
+        key = _store(redis_url, run_dir).create(name, rate, scope)
     except KeyStoreError as err:
         raise _fail(err) from None
     # Plain print: the key alone on stdout so scripts can capture it (KEY=$(agora keys create x)).
@@ -79,19 +94,20 @@ def create(
 
 
 @keys_app.command("revoke")
-def revoke(name: str = typer.Argument(...), redis_url: str = RedisUrl) -> None:
+def revoke(name: str = typer.Argument(...), redis_url: str = RedisUrl,
+           run_dir: Path = RunDir) -> None:
     """Revoke a key at once (the next request with it is refused)."""
     try:
-        _store(redis_url).revoke(name)
+        _store(redis_url, run_dir).revoke(name)
     except KeyStoreError as err:
         raise _fail(err) from None
     console.print(f"[green]revoked[/] key '{escape(name)}'")
 
 
 @keys_app.command("list")
-def list_keys(redis_url: str = RedisUrl) -> None:
+def list_keys(redis_url: str = RedisUrl, run_dir: Path = RunDir) -> None:
     """Key names, rates and creation times (never the keys themselves)."""
-    keys = _store(redis_url).list()
+    keys = _store(redis_url, run_dir).list()
     if not keys:
         console.print("no keys: the gateway is open (unless AGORA_GATEWAY_REQUIRE_KEYS=1)")
         return

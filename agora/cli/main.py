@@ -36,6 +36,7 @@ from agora.serving.auth import API_KEY_ENV, vllm_api_key
 from agora.stack.launcher import LaunchError, Stack, make_stack
 from agora.stack.procs import ServiceFailed
 from agora.stack.redis_client import fail_fast_redis
+from agora.stack.redis_server import external_redis_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Post-train LLM agents with multi-agent RL.")
@@ -146,12 +147,17 @@ def _interrupt(_signum, _frame) -> None:
 
 
 def access_lines(stack: Stack) -> list[str]:
-    """What the user of a fresh stack needs to reach it: how to make a gateway key (with Redis'
-    URL, password included) and the policy servers' vLLM key when this start made it (for
-    `agora eval --policy-url` or curl). Printed on the user's own terminal only."""
+    """What the user of a fresh stack needs to reach it: how to make a gateway key and the
+    policy servers' vLLM key when this start made it (for `agora eval --policy-url` or curl).
+    Printed on the user's own terminal only. The Redis password is not printed: it opens every
+    key and episode of the run and would stay in any log the output is piped to; `agora keys
+    --run` reads it from the run's 0600 file instead."""
     lines = []
     if not stack.open_gateway:
-        lines.append(f"API keys required: agora keys create NAME --redis-url {stack.redis_url} "
+        # Our own Redis: the run directory leads to its password. The user's REDIS_URL: theirs.
+        where = ("--redis-url \"$REDIS_URL\"" if external_redis_url()
+                 else f"--run {stack.run_dir}")
+        lines.append(f"API keys required: agora keys create NAME {where} "
                      "(--scope admin for runs), or agora up --open")
     if not vllm_api_key():
         lines.append(f"policy servers' key: export {API_KEY_ENV}={stack.vllm_api_key}")

@@ -16,10 +16,12 @@ they are handed in their environment.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import quote
 
 import redis
+import yaml
 
 from agora.stack.procs import Service
 
@@ -82,6 +84,35 @@ def redis_service(port: int, data_dir: Path, log_path: Path, host: str = "127.0.
 
     return Service(name="redis", command=redis_command(port, data_dir, host, password),
                    log_path=log_path, health=healthy)
+
+
+def run_redis_url(run_dir: Path) -> str:
+    """The URL of the embedded Redis a run started: host and port from the run's
+    ``config.yaml``, the password from its 0600 ``redis/auth.conf``. Lets ``agora keys --run``
+    reach that Redis without the password ever being printed (a terminal's output ends up in
+    logs); reading the file needs the permissions of the user who started the stack."""
+    config_path, auth_path = run_dir / "config.yaml", run_dir / "redis" / "auth.conf"
+    if not config_path.is_file():
+        raise ValueError(f"{run_dir}: not a run directory (no config.yaml); give the run's "
+                         "directory that `agora up` printed")
+    try:
+        services = (yaml.safe_load(config_path.read_text()) or {}).get("services") or {}
+        host, port = str(services.get("host", "127.0.0.1")), int(services["redis_port"])
+    except (yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{config_path}: no services.redis_port ({err})") from None
+    if not auth_path.is_file():
+        raise ValueError(f"{run_dir}: no embedded Redis password (redis/auth.conf): the run "
+                         "used its own REDIS_URL; pass that as --redis-url")
+    try:
+        text = auth_path.read_text()
+    except PermissionError:
+        raise ValueError(f"{auth_path}: not readable by this user (only the user who started "
+                         "the stack may reach its Redis)") from None
+    match = re.search(r'^requirepass "([^"]+)"$', text, re.MULTILINE)
+    if not match:
+        raise ValueError(f"{auth_path}: no requirepass line")
+    # A server bound to every interface is reached on the loopback from this machine.
+    return redis_url("127.0.0.1" if host in ("0.0.0.0", "::") else host, port, match.group(1))
 
 
 def external_redis_url() -> str | None:

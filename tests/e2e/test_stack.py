@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 
@@ -12,9 +13,10 @@ import psutil
 import pytest
 import redis
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from typer.testing import CliRunner
 
 from agora.cli.main import access_lines
-from agora.gateway.keys import KeyStore
+from agora.cli.main import app as cli_app
 from agora.ops.service_key import SERVICE_KEY_ENV
 from agora.rollout.records import EpisodeRecord
 from agora.rollout.stream import RunKeys
@@ -87,7 +89,14 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
             "lora_name": "intruder", "lora_path": str(stack.run_dir)}).status_code == 401
         # The key `agora up` prints for its user (agora eval --policy-url) opens it.
         printed = access_lines(stack)
-        assert stack.redis_url in printed[0] and "keys create" in printed[0]
+        # The key hint names the run, not Redis' password (it would stay in piped logs); the
+        # CLI reads the password from the run's files and makes a key on this stack's Redis.
+        assert f"keys create NAME --run {stack.run_dir}" in printed[0]
+        assert not any(password in line for line in printed)
+        made = CliRunner().invoke(cli_app, ["keys", "create", "tester", "--run",
+                                            str(stack.run_dir)])
+        assert made.exit_code == 0, made.output
+        cli_key = re.search(r"^agora-\S{40,}$", made.output, re.MULTILINE).group(0)
         exported = printed[1].removeprefix(f"policy servers' key: export {API_KEY_ENV}=")
         assert httpx.get(policy + "/v1/models", headers={
             "authorization": f"Bearer {exported}"}).status_code == 200
@@ -158,7 +167,7 @@ def test_full_loop_trains_publishes_and_serves(tmp_path):
         # chat key may talk to agents but not touch runs.
         gw = f"http://127.0.0.1:{cfg.services.gateway_port}"
         assert httpx.get(gw + "/v1/models").status_code == 401
-        auth = {"authorization": f"Bearer {KeyStore(client).create('tester')}"}
+        auth = {"authorization": f"Bearer {cli_key}"}  # the key the CLI made above
         assert "player" in [m["id"] for m in
                             httpx.get(gw + "/v1/models", headers=auth).json()["data"]]
         resp = httpx.post(gw + "/v1/chat/completions", timeout=60, headers=auth, json={
