@@ -6,6 +6,7 @@
     agora reflect pairs  configs/reflection_math.yaml   # preference pairs, no inference
     agora reflect dpo    configs/reflection_math.yaml   # DPO both, from SFT
     agora reflect eval   configs/reflection_math.yaml --stage base|sft|dpo
+    agora reflect eval   ... --stage dpo --critic-stage sft   # whose training moved the figures
     agora reflect all    configs/reflection_math.yaml   # every stage, then the three evals
 
 Every mistake a user can make (bad config field, missing stage output, unreachable server)
@@ -201,6 +202,9 @@ def metrics_line(r: dict) -> str:
 def eval_cmd(
     config: Path = CONFIG_ARG,
     stage: str = typer.Option("dpo", help="base (no adapters), sft or dpo"),
+    critic_stage: str = typer.Option(None, "--critic-stage", help="the critic plays this "
+                                     "stage's adapter instead (an ablation: e.g. --stage dpo "
+                                     "--critic-stage sft -> eval/dpo-critic-sft.json)"),
     overrides: list[str] = SET_OPTION,
 ) -> None:
     """(e) Evaluate: pass1@turn1, maj1@turn5, pass1@turn5 -> <run>/eval/<stage>.json.
@@ -208,18 +212,21 @@ def eval_cmd(
     On the held-out split the actor answers, the critic reviews, the actor refines (eval.turns
     answers per problem); definitions in agora/reflection/scores.py."""
     from agora.reflection.evaluate import evaluate_stage
-    from agora.reflection.server import require_adapters
+    from agora.reflection.server import evaluation_name, require_adapters
 
     cfg = _config(config, overrides)
-    if stage not in STAGES:
-        console.print("[bold red]error[/]: " + escape(f"--stage must be one of {list(STAGES)}, "
-                                                      f"not {stage!r}"), soft_wrap=True)
-        raise typer.Exit(2)
+    for option, value in (("--stage", stage), ("--critic-stage", critic_stage or stage)):
+        if value not in STAGES:
+            console.print("[bold red]error[/]: " + escape(
+                f"{option} must be one of {list(STAGES)}, not {value!r}"), soft_wrap=True)
+            raise typer.Exit(2)
     with _failures():
-        require_adapters(cfg, stage)
-        result = _with_server(cfg, lambda url: evaluate_stage(cfg, url, stage, _log))
+        require_adapters(cfg, stage, critic_stage)
+        result = _with_server(cfg, lambda url: evaluate_stage(cfg, url, stage, _log,
+                                                              critic_stage))
+    name = evaluation_name(stage, critic_stage)
     console.print(metrics_table([result]))
-    console.print(metrics_line(result) + f" -> {cfg.run_dir / 'eval' / stage}.json",
+    console.print(metrics_line(result) + f" -> {cfg.run_dir / 'eval' / name}.json",
                   soft_wrap=True)
 
 

@@ -23,7 +23,7 @@ from agora.reflection.critic_effects import critic_effects
 from agora.reflection.prompts import actor_messages, critic_messages, parse_verdict, refine_messages
 from agora.reflection.records import Transcript, Turn, write_rows
 from agora.reflection.scores import reflection_metrics
-from agora.reflection.server import served_adapters
+from agora.reflection.server import evaluation_name, role_stages, served_adapters
 from agora.serving.auth import vllm_headers
 from agora.serving.client import PolicyClient, load_tokenizer
 from agora.serving.model_folders import resolve_model
@@ -82,26 +82,32 @@ async def _episodes(cfg: ReflectionConfig, url: str, names: dict[str, str],
 
 
 def evaluate_stage(cfg: ReflectionConfig, url: str, stage: str,
-                   log: Callable[[str], None] = print) -> dict[str, object]:
-    """Run the episodes of ``stage`` ('base', 'sft' or 'dpo') and write its files."""
-    if stage not in STAGES:
-        raise ValueError(f"--stage must be one of {list(STAGES)}, not {stage!r}")
+                   log: Callable[[str], None] = print,
+                   critic_stage: str | None = None) -> dict[str, object]:
+    """Run the episodes of ``stage`` ('base', 'sft' or 'dpo') and write its files;
+    ``critic_stage``: the critic plays that stage's adapter instead (an ablation, written as
+    ``<stage>-critic-<critic_stage>``)."""
+    for option, value in (("--stage", stage), ("--critic-stage", critic_stage or stage)):
+        if value not in STAGES:
+            raise ValueError(f"{option} must be one of {list(STAGES)}, not {value!r}")
+    name = evaluation_name(stage, critic_stage)
     tasks = load_tasks(cfg.task, split="test", limit=cfg.eval.tasks)
     if not tasks:
         raise ValueError("task: the test split is empty")
     if cfg.eval.tasks is not None and len(tasks) < cfg.eval.tasks:
-        log(f"eval {stage}: the test split holds {len(tasks)} problems, not the "
+        log(f"eval {name}: the test split holds {len(tasks)} problems, not the "
             f"{cfg.eval.tasks} of eval.tasks")
     started = time.monotonic()
-    with served_adapters(cfg, url, stage) as names:
-        log(f"eval {stage}: {len(tasks)} held-out problems x {cfg.eval.turns} turns "
+    with served_adapters(cfg, url, stage, critic_stage) as names:
+        log(f"eval {name}: {len(tasks)} held-out problems x {cfg.eval.turns} turns "
             f"(actor '{names['actor']}', critic '{names['critic']}')")
         transcripts = asyncio.run(_episodes(cfg, url, names, tasks, log))
     metrics = reflection_metrics(transcripts, cfg.eval.turns).as_dict()
-    result = {"stage": stage, **metrics, "critic": critic_effects(transcripts),
+    result = {"stage": name, "stages": role_stages(stage, critic_stage), **metrics,
+              "critic": critic_effects(transcripts),
               "seconds": round(time.monotonic() - started, 1),
               "stop_on_approval": cfg.eval.stop_on_approval, "adapters": names}
     out = cfg.run_dir / "eval"
-    write_rows(out / f"{stage}.transcripts.jsonl", transcripts)
-    (out / f"{stage}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_rows(out / f"{name}.transcripts.jsonl", transcripts)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from agora.reflection.config import ROLES, ReflectionConfig
+from agora.reflection.config import ReflectionConfig
 from agora.reflection.records import DataError
 from agora.serving.client import PolicyAdmin, PolicyServerError
 from agora.serving.model_folders import resolve_model
@@ -56,47 +56,60 @@ def policy_server(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> 
         svc.stop()
 
 
-def adapter_names(cfg: ReflectionConfig, stage: str) -> dict[str, str]:
-    """The served model name of each role at a stage ('base' = no adapter)."""
-    if stage == "base":
-        return dict.fromkeys(ROLES, SERVED_BASE_NAME)
-    return {role: f"{cfg.name}-{stage}-{role}" for role in ROLES}
+def role_stages(stage: str, critic_stage: str | None = None) -> dict[str, str]:
+    """The stage whose adapter each role plays: ``stage`` for both unless ``critic_stage`` is
+    given. Mixing them is an ablation (the DPO actor beside the SFT critic tells whose DPO
+    moved the figures); the pipeline itself always pairs a stage's own two adapters."""
+    return {"actor": stage, "critic": critic_stage or stage}
+
+
+def evaluation_name(stage: str, critic_stage: str | None = None) -> str:
+    """``eval/<name>.json``: the stage, or ``<stage>-critic-<critic_stage>`` when mixed."""
+    return stage if critic_stage in (None, stage) else f"{stage}-critic-{critic_stage}"
+
+
+def adapter_names(cfg: ReflectionConfig, stage: str,
+                  critic_stage: str | None = None) -> dict[str, str]:
+    """The served model name of each role ('base' = no adapter)."""
+    return {role: SERVED_BASE_NAME if role_stage == "base" else f"{cfg.name}-{role_stage}-{role}"
+            for role, role_stage in role_stages(stage, critic_stage).items()}
 
 
 def stage_adapter_dir(cfg: ReflectionConfig, stage: str, role: str) -> Path:
     return cfg.run_dir / stage / role
 
 
-def require_adapters(cfg: ReflectionConfig, stage: str) -> None:
+def require_adapters(cfg: ReflectionConfig, stage: str, critic_stage: str | None = None) -> None:
     """Fail before any server starts (a minute of vLLM start-up) when a stage's adapters are
     missing."""
-    if stage == "base":
-        return
-    for role in ROLES:
-        path = stage_adapter_dir(cfg, stage, role)
+    for role, role_stage in role_stages(stage, critic_stage).items():
+        if role_stage == "base":
+            continue
+        path = stage_adapter_dir(cfg, role_stage, role)
         if not (path / "adapter_config.json").is_file():
-            raise DataError(f"{path}: no {stage} adapter for the {role}; run "
-                            f"`agora reflect {stage} CONFIG` first")
+            raise DataError(f"{path}: no {role_stage} adapter for the {role}; run "
+                            f"`agora reflect {role_stage} CONFIG` first")
 
 
 @contextlib.contextmanager
-def served_adapters(cfg: ReflectionConfig, url: str, stage: str) -> Iterator[dict[str, str]]:
-    """Load the stage's actor and critic adapters into the server for the duration."""
-    names = adapter_names(cfg, stage)
-    if stage == "base":
-        yield names
-        return
-    require_adapters(cfg, stage)
+def served_adapters(cfg: ReflectionConfig, url: str, stage: str,
+                    critic_stage: str | None = None) -> Iterator[dict[str, str]]:
+    """Load the actor's and the critic's adapters into the server for the duration."""
+    names = adapter_names(cfg, stage, critic_stage)
+    require_adapters(cfg, stage, critic_stage)
     admin = PolicyAdmin(url)
     loaded = []
     try:
-        for role, name in names.items():
-            path = stage_adapter_dir(cfg, stage, role)
+        for role, role_stage in role_stages(stage, critic_stage).items():
+            if role_stage == "base":
+                continue
+            path = stage_adapter_dir(cfg, role_stage, role)
             try:
-                admin.load_adapter(name, str(path.resolve()))
+                admin.load_adapter(names[role], str(path.resolve()))
             except PolicyServerError as err:
-                raise ServerError(f"vLLM refused the {stage} {role} adapter: {err}") from None
-            loaded.append(name)
+                raise ServerError(f"vLLM refused the {role_stage} {role} adapter: "
+                                  f"{err}") from None
+            loaded.append(names[role])
         yield names
     finally:
         for name in loaded:

@@ -497,6 +497,11 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     # no policy_url: these would start vLLM, so they must fail before it, at once
     out = reflect("eval", write_config(tmp_path / "f.yaml"), "--stage", "sft", code=2)
     assert "no sft adapter for the actor; run `agora reflect sft CONFIG` first" in out
+    out = reflect("eval", write_config(tmp_path / "f2.yaml"), "--stage", "base",
+                  "--critic-stage", "sft", code=2)
+    assert "no sft adapter for the critic; run `agora reflect sft CONFIG` first" in out
+    out = reflect("eval", write_config(tmp_path / "f3.yaml"), "--critic-stage", "rl", code=2)
+    assert "--critic-stage must be one of ['base', 'sft', 'dpo']" in out
     out = reflect("oracle", write_config(tmp_path / "g.yaml", oracle={
         "base_url": "http://127.0.0.1:1/v1", "api_key_env": "AGORA_TEST_UNSET_KEY"}), code=2)
     assert "oracle.api_key_env: environment variable AGORA_TEST_UNSET_KEY is not set" in out
@@ -722,6 +727,17 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
         assert result["critic"]["critiques"] == 3 * 4
         expected = "base" if stage == "base" else f"reflect-tiny-{stage}-actor"
         assert result["adapters"]["actor"] == expected
+    # (e2) the ablation: the DPO actor beside the SFT critic, written under its own name
+    out = reflect("eval", path, "--stage", "dpo", "--critic-stage", "sft")
+    mixed = json.loads((run / "eval" / "dpo-critic-sft.json").read_text())
+    assert mixed["adapters"] == {"actor": "reflect-tiny-dpo-actor",
+                                 "critic": "reflect-tiny-sft-critic"}
+    assert mixed["stages"] == {"actor": "dpo", "critic": "sft"} and mixed["problems"] == 3
+    assert "dpo-critic-sft: pass1@turn1" in out and "eval/dpo-critic-sft.json" in out
+    mixed_rows = read_rows(run / "eval" / "dpo-critic-sft.transcripts.jsonl", Transcript, "eval")
+    assert mixed["critic"] == critic_effects(mixed_rows)
+    assert json.loads((run / "eval" / "dpo.json").read_text())["stages"] == {
+        "actor": "dpo", "critic": "dpo"}  # the stage's own evaluation is left as it was
     served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
     assert not [m for m in served if m.startswith("reflect-tiny-")]
     # `agora results` reads the base and DPO evaluations as before and after
