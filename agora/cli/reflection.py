@@ -7,6 +7,7 @@
     agora reflect dpo    configs/reflection_math.yaml   # DPO both, from SFT
     agora reflect eval   configs/reflection_math.yaml --stage base|sft|dpo
     agora reflect eval   ... --stage dpo --critic-stage sft   # whose training moved the figures
+    agora reflect probe  configs/reflection_math.yaml --stage dpo   # does the actor heed verdicts
     agora reflect all    configs/reflection_math.yaml   # every stage, then the three evals
 
 Every mistake a user can make (bad config field, missing stage output, unreachable server)
@@ -227,6 +228,40 @@ def eval_cmd(
     name = evaluation_name(stage, critic_stage)
     console.print(metrics_table([result]))
     console.print(metrics_line(result) + f" -> {cfg.run_dir / 'eval' / name}.json",
+                  soft_wrap=True)
+
+
+@reflect_app.command("probe")
+def probe_cmd(
+    config: Path = CONFIG_ARG,
+    stage: str = typer.Option("dpo", help="whose actor: base (no adapter), sft or dpo"),
+    overrides: list[str] = SET_OPTION,
+) -> None:
+    """Does the actor follow the verdict? Each held-out first answer refined after "correct"
+    and after "wrong" -> <run>/eval/<stage>.verdicts.json (agora/reflection/verdict_probe.py)."""
+    from agora.reflection.server import require_adapters
+    from agora.reflection.verdict_probe import probe_verdicts
+
+    cfg = _config(config, overrides)
+    if stage not in STAGES:
+        console.print("[bold red]error[/]: " + escape(f"--stage must be one of {list(STAGES)}, "
+                                                      f"not {stage!r}"), soft_wrap=True)
+        raise typer.Exit(2)
+    with _failures():
+        require_adapters(cfg, stage)
+        result = _with_server(cfg, lambda url: probe_verdicts(cfg, url, stage, _log))
+    table = Table(title=f"{stage}: the same first answer after each verdict")
+    for column in ("first answer", "verdict", "answers", "changed", "right after"):
+        table.add_column(column, justify="right")
+    for name, cell in result["cells"].items():
+        first, verdict = name.split("+")
+        n = cell["n"]
+        table.add_row(first.removesuffix("_answer"), verdict, str(n),
+                      f"{cell['changed'] / n:.0%}" if n else "-",
+                      f"{cell['now_right'] / n:.0%}" if n else "-")
+    console.print(table)
+    console.print(f"{result['no_final_answer']} of {result['problems']} first answers had no "
+                  f"final answer (left out) -> {cfg.run_dir / 'eval' / stage}.verdicts.json",
                   soft_wrap=True)
 
 

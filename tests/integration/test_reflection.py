@@ -48,6 +48,7 @@ from agora.reflection.reference_oracle import critiques_and_refinements
 from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
 from agora.reflection.training import META_FILE, load_base
+from agora.reflection.verdict_probe import ProbeRecord, tally
 from agora.results.figures import reflect_figures
 from agora.rewards.verifiers.math import verify_math
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
@@ -137,6 +138,20 @@ def test_critic_effects_count_what_the_critic_said_and_what_the_actor_did() -> N
         "wrong": {"critiques": 2, "changed": 2, "rate": 1.0},
         "none": {"critiques": 1, "changed": 0, "rate": 0.0}}
     assert critic_effects([transcript("c", [("1", True)])])["verdict_rate"] is None
+
+
+def test_verdict_probe_tallies_each_cell() -> None:
+    """The probe's four cells (first answer right/wrong x verdict correct/wrong) count their
+    own records only."""
+    records = [ProbeRecord(True, "correct", False, True), ProbeRecord(True, "wrong", True, False),
+               ProbeRecord(False, "correct", True, True), ProbeRecord(False, "wrong", True, True),
+               ProbeRecord(False, "wrong", False, False)]
+    cells = tally(records)
+    assert cells["right_answer+correct"] == {"n": 1, "changed": 0, "now_right": 1}
+    assert cells["right_answer+wrong"] == {"n": 1, "changed": 1, "now_right": 0}
+    assert cells["wrong_answer+correct"] == {"n": 1, "changed": 1, "now_right": 1}
+    assert cells["wrong_answer+wrong"] == {"n": 2, "changed": 1, "now_right": 1}
+    assert tally([])["wrong_answer+wrong"] == {"n": 0, "changed": 0, "now_right": 0}
 
 
 def test_verdicts_are_read_from_the_last_verdict_line() -> None:
@@ -738,6 +753,18 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
     assert mixed["critic"] == critic_effects(mixed_rows)
     assert json.loads((run / "eval" / "dpo.json").read_text())["stages"] == {
         "actor": "dpo", "critic": "dpo"}  # the stage's own evaluation is left as it was
+    # (e3) the verdict probe: each first answer refined after either verdict
+    out = reflect("probe", path, "--stage", "dpo")
+    probe = json.loads((run / "eval" / "dpo.verdicts.json").read_text())
+    assert probe["problems"] == 3 and probe["actor"] == "reflect-tiny-dpo-actor"
+    cells = probe["cells"]
+    assert set(cells) == {"right_answer+correct", "right_answer+wrong",
+                          "wrong_answer+correct", "wrong_answer+wrong"}
+    answered = 3 - probe["no_final_answer"]
+    for verdict in ("correct", "wrong"):  # every answered problem once under each verdict
+        assert cells[f"right_answer+{verdict}"]["n"] + cells[f"wrong_answer+{verdict}"]["n"] \
+            == answered
+    assert "first answers had no final answer" in out and "dpo.verdicts.json" in out
     served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
     assert not [m for m in served if m.startswith("reflect-tiny-")]
     # `agora results` reads the base and DPO evaluations as before and after

@@ -1,0 +1,109 @@
+"""Does the actor's refinement follow the critic's verdict? The same answer under both verdicts.
+
+Why: in an evaluation the critic's verdicts fall where the critic puts them, so the actor's
+change rate after "correct" against "wrong" (``critic_effects``) mixes what the verdict says
+with whether the answer it judged was right: a critic that calls most right answers wrong makes
+"wrong" look ignored by an actor that keeps right answers. Here each first answer is refined
+twice, once after an approving and once after a rejecting verdict-only critique in the scripted
+oracle's own words (``reference_oracle.critique``), so the verdict is the only difference.
+Four cells: (first answer right or wrong) x (verdict correct or wrong), each with how many
+answers the actor changed and how many it ended with right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from agora.data import Task, load_tasks
+from agora.reflection.clients import check, generate
+from agora.reflection.config import ReflectionConfig
+from agora.reflection.prompts import actor_messages, refine_messages
+from agora.reflection.reference_oracle import critique
+from agora.reflection.server import served_adapters
+from agora.serving.auth import vllm_headers
+from agora.serving.client import PolicyClient, load_tokenizer
+from agora.serving.model_folders import resolve_model
+
+VERDICTS = ("correct", "wrong")
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One first answer refined after one verdict."""
+
+    first_right: bool
+    verdict: str
+    changed: bool  # the refinement's final answer differs from the first one's
+    now_right: bool
+
+
+def tally(records: list[ProbeRecord]) -> dict[str, dict[str, int]]:
+    """Counts per cell ``<right|wrong>_answer+<verdict>``: n, changed, now_right."""
+    cells = {f"{first}_answer+{verdict}": {"n": 0, "changed": 0, "now_right": 0}
+             for first in ("right", "wrong") for verdict in VERDICTS}
+    for r in records:
+        cell = cells[f"{'right' if r.first_right else 'wrong'}_answer+{r.verdict}"]
+        cell["n"] += 1
+        cell["changed"] += int(r.changed)
+        cell["now_right"] += int(r.now_right)
+    return cells
+
+
+async def _probe(cfg: ReflectionConfig, url: str, actor_name: str,
+                 tasks: list[Task]) -> tuple[list[ProbeRecord], int]:
+    """The records, and how many first answers had no final answer to judge (left out: an
+    approval of nothing means nothing)."""
+    records: list[ProbeRecord] = []
+    unparsed = 0
+    gate = asyncio.Semaphore(cfg.eval.concurrency)
+    async with httpx.AsyncClient(timeout=600, headers=vllm_headers()) as http:
+        actor = PolicyClient(url, actor_name, load_tokenizer(resolve_model(cfg.policy.model)),
+                             cfg.actor.sampling, http=http)
+
+        async def one(task: Task) -> None:
+            nonlocal unparsed
+            async with gate:
+                first = await generate(actor, actor_messages(task.question))
+                checked = await check(first, task)
+                if checked.extracted is None:
+                    unparsed += 1
+                    return
+                for verdict in VERDICTS:
+                    feedback = critique(task, task.answer, checked.extracted,
+                                        approves=verdict == "correct", show_result=False)
+                    text = await generate(actor, refine_messages(task.question, first, feedback,
+                                                                 cfg.max_shown_chars))
+                    after = await check(text, task)
+                    records.append(ProbeRecord(checked.correct, verdict,
+                                               after.extracted != checked.extracted,
+                                               after.correct))
+
+        await asyncio.gather(*(one(task) for task in tasks))
+    return records, unparsed
+
+
+def probe_verdicts(cfg: ReflectionConfig, url: str, stage: str,
+                   log: Callable[[str], None] = print) -> dict[str, object]:
+    """Run the probe on the held-out split with ``stage``'s actor; write
+    ``eval/<stage>.verdicts.json``."""
+    tasks = load_tasks(cfg.task, split="test", limit=cfg.eval.tasks)
+    if not tasks:
+        raise ValueError("task: the test split is empty")
+    started = time.monotonic()
+    with served_adapters(cfg, url, stage) as names:
+        log(f"probe {stage}: {len(tasks)} held-out first answers, each refined after "
+            f"'correct' and after 'wrong' (actor '{names['actor']}')")
+        records, unparsed = asyncio.run(_probe(cfg, url, names["actor"], tasks))
+    result = {"stage": stage, "problems": len(tasks), "no_final_answer": unparsed,
+              "cells": tally(records), "actor": names["actor"],
+              "seconds": round(time.monotonic() - started, 1)}
+    out = cfg.run_dir / "eval" / f"{stage}.verdicts.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
