@@ -77,6 +77,15 @@ def _with_server(cfg: ReflectionConfig, job: Callable[[str], object]) -> object:
         return job(url)
 
 
+def _require_stage(option: str, stage: str, allowed: tuple[str, ...] = STAGES) -> None:
+    """A clear CLI error for a stage name not in ``allowed`` (before any server starts)."""
+    if stage not in allowed:
+        console.print("[bold red]error[/]: " + escape(f"{option} must be one of "
+                                                      f"{list(allowed)}, not {stage!r}"),
+                      soft_wrap=True)
+        raise typer.Exit(2)
+
+
 def _save_report(cfg: ReflectionConfig, name: str, report: dict) -> Path:
     path = cfg.run_dir / "reports" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,11 +109,7 @@ def oracle_cmd(
     from agora.reflection.server import require_adapters
 
     cfg = _config(config, overrides)
-    if stage not in ORACLE_ROUNDS:
-        console.print("[bold red]error[/]: " + escape(f"--stage must be one of "
-                                                      f"{list(ORACLE_ROUNDS)}, not {stage!r}"),
-                      soft_wrap=True)
-        raise typer.Exit(2)
+    _require_stage("--stage", stage, tuple(ORACLE_ROUNDS))
     with _failures():
         oracle_api_key(cfg.oracle.api_key_env)  # before a server starts, not after
         require_adapters(cfg, stage)
@@ -216,11 +221,8 @@ def eval_cmd(
     from agora.reflection.server import evaluation_name, require_adapters
 
     cfg = _config(config, overrides)
-    for option, value in (("--stage", stage), ("--critic-stage", critic_stage or stage)):
-        if value not in STAGES:
-            console.print("[bold red]error[/]: " + escape(
-                f"{option} must be one of {list(STAGES)}, not {value!r}"), soft_wrap=True)
-            raise typer.Exit(2)
+    _require_stage("--stage", stage)
+    _require_stage("--critic-stage", critic_stage or stage)
     with _failures():
         require_adapters(cfg, stage, critic_stage)
         result = _with_server(cfg, lambda url: evaluate_stage(cfg, url, stage, _log,
@@ -243,10 +245,7 @@ def probe_cmd(
     from agora.reflection.verdict_probe import probe_verdicts
 
     cfg = _config(config, overrides)
-    if stage not in STAGES:
-        console.print("[bold red]error[/]: " + escape(f"--stage must be one of {list(STAGES)}, "
-                                                      f"not {stage!r}"), soft_wrap=True)
-        raise typer.Exit(2)
+    _require_stage("--stage", stage)
     with _failures():
         require_adapters(cfg, stage)
         result = _with_server(cfg, lambda url: probe_verdicts(cfg, url, stage, _log))
