@@ -517,6 +517,8 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     assert "no sft adapter for the critic; run `agora reflect sft CONFIG` first" in out
     out = reflect("eval", write_config(tmp_path / "f3.yaml"), "--critic-stage", "rl", code=2)
     assert "--critic-stage must be one of ['base', 'sft', 'dpo']" in out
+    out = reflect("oracle", write_config(tmp_path / "f4.yaml"), "--stage", "dpo", code=2)
+    assert "--stage must be one of ['base', 'sft'], not 'dpo'" in out
     out = reflect("oracle", write_config(tmp_path / "g.yaml", oracle={
         "base_url": "http://127.0.0.1:1/v1", "api_key_env": "AGORA_TEST_UNSET_KEY"}), code=2)
     assert "oracle.api_key_env: environment variable AGORA_TEST_UNSET_KEY is not set" in out
