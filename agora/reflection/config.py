@@ -184,6 +184,12 @@ class ReflectionConfig(_Strict):
         "mostly wrong, a trained actor's mostly right, and a critic trained on the first learns "
         "to say 'wrong'"
     )
+    critic_judges_refinements: bool = Field(
+        False, description="the critic's SFT examples and pairs also judge the oracle's "
+        "refinements as proposed answers (scripted oracle only): a trained actor answers in "
+        "the refinements' short format, which the base actor's first answers never show, and "
+        "a critic trained on those alone judged it at chance"
+    )
     pairs: PairsConfig = Field(default_factory=PairsConfig)
     sft: TrainStageConfig = Field(default_factory=TrainStageConfig)
     dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
@@ -206,6 +212,9 @@ class ReflectionConfig(_Strict):
                 raise ValueError(f"eval.tasks: {self.eval.tasks} held-out problems asked, but "
                                  f"the test split generates {generated} (task.test_size); "
                                  f"raise task.test_size to {self.eval.tasks}")
+        if self.critic_judges_refinements and not self.oracle.scripted:
+            raise ValueError("critic_judges_refinements: only the scripted oracle (oracle."
+                             "backend: reference) can critique refinements without inference")
         if self.task.source != "reasoning_gym" and self.task.format not in ("gsm8k", "math"):
             raise ValueError(f"task.format: reflection is on math problems ('gsm8k' or "
                              f"'math'), not '{self.task.format}'")

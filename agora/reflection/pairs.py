@@ -22,6 +22,9 @@ correctness of the refinement written after it.
   rejected one of the same answer whose refinement is wrong; between critiques with the same
   refinement outcome, one whose verdict matches the ground truth beats one whose does not.
 
+With ``critic_judges_refinements`` the critic's rule also runs on the refinements judged again
+as answers (``refined_answers.py``).
+
 Critiques of one first answer are ranked by (refinement right, verdict right); the best-ranked
 ones are paired with the worst-ranked ones (one pair each, in order) when the ranks differ.
 Pairs whose chosen and rejected texts are identical are dropped; with ``balance_critic`` the
@@ -31,11 +34,14 @@ on its two kinds together (the paper's D0 and D2), the critic on its own (D1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agora.reflection.balance import balance_by_answer
 from agora.reflection.config import ROLES, PairsConfig, ReflectionConfig
 from agora.reflection.oracle import oracle_path
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
 from agora.reflection.records import OracleRow, PreferencePair, read_rows, write_rows
+from agora.reflection.refined_answers import extra_critic_rows
 
 
 def _say(text: str) -> list[dict[str, str]]:
@@ -141,8 +147,10 @@ def critique_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
 
 
 def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None = None,
-                balance_critic: bool = False, seed: int = 0) -> dict[str, list[PreferencePair]]:
-    """All pairs of each role, by the rules in the module docstring."""
+                balance_critic: bool = False, seed: int = 0,
+                critic_rows: Sequence[OracleRow] = ()) -> dict[str, list[PreferencePair]]:
+    """All pairs of each role, by the rules in the module docstring; ``critic_rows`` are
+    further answers for the critic's rule alone."""
     rules = rules or PairsConfig()
     by_task: dict[str, list[OracleRow]] = {}
     for row in rows:
@@ -158,6 +166,10 @@ def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None
             critiqued = critique_pairs(row, max_chars)
             out["critic"] += critiqued
             critic_answer_right += [row.initial_correct] * len(critiqued)
+    for row in critic_rows:
+        critiqued = critique_pairs(row, max_chars)
+        out["critic"] += critiqued
+        critic_answer_right += [row.initial_correct] * len(critiqued)
     if balance_critic:
         out["critic"] = balance_by_answer(out["critic"], critic_answer_right, seed)
     return out
@@ -173,7 +185,8 @@ def write_pairs(cfg: ReflectionConfig) -> dict[str, dict[str, int]]:
     stage = cfg.dpo.data_from
     hint = "agora reflect oracle CONFIG" + ("" if stage == "base" else f" --stage {stage}")
     rows = read_rows(oracle_path(cfg, stage), OracleRow, hint)
-    pairs = build_pairs(rows, cfg.max_shown_chars, cfg.pairs, cfg.balance_critic, cfg.seed)
+    pairs = build_pairs(rows, cfg.max_shown_chars, cfg.pairs, cfg.balance_critic, cfg.seed,
+                        extra_critic_rows(cfg, rows))
     counts = {}
     for role in ROLES:
         write_rows(pairs_path(cfg, role), pairs[role])

@@ -10,7 +10,9 @@ of them:
   whenever the refinement is right.
 - critic: ``critic prompt (question, first answer) -> the feedback`` whenever the refinement
   written after that feedback is right (the paper's value of a critique) and the feedback's
-  verdict does not contradict the ground truth (a missing verdict is allowed).
+  verdict does not contradict the ground truth (a missing verdict is allowed). The same rule
+  runs on ``critic_rows``, the refinements judged again as answers
+  (``critic_judges_refinements``; ``refined_answers.py``).
 
 Identical (prompt, completion) examples are kept once; with ``balance_critic`` the critic's
 examples count right and wrong first answers equally (``balance.py``). Each role trains its own
@@ -20,7 +22,7 @@ fresh LoRA adapter on the base model, saved to ``<run>/sft/<role>/``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from agora.algos.compute import resolve
 from agora.reflection.balance import balance_by_answer
@@ -28,6 +30,7 @@ from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
 from agora.reflection.records import DataError, OracleRow, SFTExample, read_rows, write_rows
+from agora.reflection.refined_answers import extra_critic_rows
 from agora.reflection.training import (
     load_base,
     log_callback,
@@ -46,7 +49,8 @@ def _assistant(text: str) -> list[dict[str, str]]:
 
 
 def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = False,
-                 seed: int = 0) -> dict[str, list[SFTExample]]:
+                 seed: int = 0, critic_rows: Sequence[OracleRow] = ()
+                 ) -> dict[str, list[SFTExample]]:
     """The SFT examples of each role, by the rules in the module docstring."""
     out: dict[str, list[SFTExample]] = {role: [] for role in ROLES}
     answer_right: dict[str, list[bool]] = {role: [] for role in ROLES}
@@ -83,6 +87,11 @@ def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = F
                 if c.verdict is None or row.verdict_right(c):
                     add("critic", "critique", row,
                         critic_messages(question, row.initial, max_chars), c.feedback)
+    for row in critic_rows:
+        for c in row.critiques:
+            if c.refined_correct and (c.verdict is None or row.verdict_right(c)):
+                add("critic", "critique", row,
+                    critic_messages(row.task.question, row.initial, max_chars), c.feedback)
     if balance_critic:
         out["critic"] = balance_by_answer(out["critic"], answer_right["critic"], seed)
     return out
@@ -91,7 +100,8 @@ def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = F
 def train_sft(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict[str, dict]:
     """SFT both adapters; returns per role: examples, steps, seconds, last loss."""
     rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
-    examples = sft_examples(rows, cfg.max_shown_chars, cfg.balance_critic, cfg.seed)
+    examples = sft_examples(rows, cfg.max_shown_chars, cfg.balance_critic, cfg.seed,
+                            extra_critic_rows(cfg, rows))
     for role in ROLES:
         if not examples[role]:
             raise DataError(f"{cfg.run_dir / ORACLE_FILE}: no SFT example for the {role} (no "

@@ -43,8 +43,10 @@ from agora.reflection.records import (
     Transcript,
     Turn,
     read_rows,
+    write_rows,
 )
 from agora.reflection.reference_oracle import critiques_and_refinements
+from agora.reflection.refined_answers import refinement_rows
 from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
 from agora.reflection.training import META_FILE, load_base
@@ -429,6 +431,54 @@ def test_approved_answers_kept_makes_the_refinement_turn_depend_on_the_verdict()
         assert not r.critiques[1].refined_correct
 
 
+def test_critic_judges_the_refinements_as_answers(tmp_path: Path) -> None:
+    """critic_judges_refinements: each refinement that is not a first answer becomes an answer
+    the critic learns to judge (the short format a trained actor writes), critiqued by the
+    script, its correctness the verifier's; the actor's data is unchanged."""
+    rows = scripted_rows([(0, True), (1, False), (1, False), (2, False)], show_result=False)
+    derived = refinement_rows(rows, samples=2, show_result=False)
+    # task 0: the slip after the misleading "wrong" (the true critique kept the answer);
+    # task 1: the reference result, once for its two wrong first answers; task 2: the same
+    assert [(r.task.task_id, r.initial_correct) for r in derived] == [
+        (rows[0].task.task_id, False), (rows[1].task.task_id, True),
+        (rows[3].task.task_id, True)]
+    firsts = {r.initial for r in rows}
+    for r in derived:
+        assert "\nAnswer: " in r.initial and r.initial not in firsts
+        assert verify_math(r.initial, r.task).correct == r.initial_correct
+        true, misleading = r.critiques
+        assert r.verdict_right(true) and not r.verdict_right(misleading)
+        for c, right in ((true, True), (misleading, False)):  # the recorded outcome is the
+            assert c.refined_correct is right                # verifier's
+            assert verify_math(c.refined, r.task).correct is right
+    plain = sft_examples(rows, 300)
+    judged = sft_examples(rows, 300, critic_rows=derived)
+    assert judged["actor"] == plain["actor"]
+    extra = judged["critic"][len(plain["critic"]):]
+    assert [said(e.prompt).split("Proposed answer:")[-1].strip() for e in extra] == [
+        r.initial for r in derived]
+    assert [said(e.completion).endswith("Verdict: correct") for e in extra] == [
+        r.initial_correct for r in derived]
+    pairs = build_pairs(rows, 300, critic_rows=derived)
+    assert pairs["actor"] == build_pairs(rows, 300)["actor"]
+    added = pairs["critic"][len(build_pairs(rows, 300)["critic"]):]
+    assert [(said(p.chosen).split("Verdict: ")[-1], said(p.rejected).split("Verdict: ")[-1])
+            for p in added] == [("wrong", "correct"), ("correct", "wrong"), ("correct", "wrong")]
+    # balance counts the derived answers' own correctness: 1 + 2 right answers, 3 + 1 wrong
+    balanced = build_pairs(rows, 300, balance_critic=True, critic_rows=derived)["critic"]
+    verdicts = [said(p.chosen).split("Verdict: ")[-1] for p in balanced]
+    assert verdicts.count("correct") == verdicts.count("wrong") == 3
+    # through the CLI: the pairs stage reads the flag
+    cfg_path = write_config(tmp_path / "judged.yaml", name="judged", critic_judges_refinements=True,
+                            oracle={"backend": "reference", "samples": 2,
+                                    "critique": "verdict"})
+    cfg = load_reflection_config(cfg_path)
+    write_rows(cfg.run_dir / "oracle.jsonl", rows)
+    reflect("pairs", cfg_path)
+    written = read_rows(cfg.run_dir / "pairs" / "critic.jsonl", PreferencePair, "pairs")
+    assert written == pairs["critic"]
+
+
 def test_reference_oracle_stage_through_the_cli(tmp_path: Path, vllm_tiny) -> None:
     """`agora reflect oracle` with the scripted oracle: the actor's answers come from vLLM, the
     critiques from the ground truth, and no oracle endpoint is asked (none exists here)."""
@@ -502,6 +552,9 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     out = reflect("oracle", write_config(tmp_path / "c6.yaml", oracle={"critique": "verdict"}),
                   code=2)
     assert "oracle: critique: 'verdict' shapes the reference backend's critiques" in out
+    out = reflect("sft", write_config(tmp_path / "c7.yaml", critic_judges_refinements=True),
+                  code=2)
+    assert "critic_judges_refinements: only the scripted oracle" in out
     out = reflect("oracle", write_config(tmp_path / "c5.yaml", oracle={"backend": "gpt"}),
                   code=2)
     assert "oracle.backend" in out
