@@ -7,7 +7,7 @@
     agora reflect dpo    configs/reflection_math.yaml   # DPO both, from SFT
     agora reflect eval   configs/reflection_math.yaml --stage base|sft|dpo
     agora reflect eval   ... --stage dpo --critic-stage sft   # whose training moved the figures
-    agora reflect probe  configs/reflection_math.yaml --stage dpo   # does the actor heed verdicts
+    agora reflect probe  configs/reflection_math.yaml --stage dpo   # heeds / gives true verdicts?
     agora reflect all    configs/reflection_math.yaml   # every stage, then the three evals
 
 Every mistake a user can make (bad config field, missing stage output, unreachable server)
@@ -240,7 +240,8 @@ def probe_cmd(
     overrides: list[str] = SET_OPTION,
 ) -> None:
     """Does the actor follow the verdict? Each held-out first answer refined after "correct"
-    and after "wrong" -> <run>/eval/<stage>.verdicts.json (agora/reflection/verdict_probe.py)."""
+    and after "wrong". Does the critic judge? The right result and one off, each judged.
+    -> <run>/eval/<stage>.verdicts.json (agora/reflection/verdict_probe.py)."""
     from agora.reflection.server import require_adapters
     from agora.reflection.verdict_probe import probe_verdicts
 
@@ -259,6 +260,14 @@ def probe_cmd(
                       f"{cell['changed'] / n:.0%}" if n else "-",
                       f"{cell['now_right'] / n:.0%}" if n else "-")
     console.print(table)
+    judged = Table(title=f"{stage}: the critic on the right result and on one off")
+    for column in ("answer", "judged", '"correct"', '"wrong"', "no verdict"):
+        judged.add_column(column, justify="right")
+    for name, cell in result["critic"].items():
+        n = cell["n"]
+        judged.add_row(name.removesuffix("_answer"), str(n),
+                       *(f"{cell[v] / n:.0%}" if n else "-" for v in ("correct", "wrong", "none")))
+    console.print(judged)
     console.print(f"{result['no_final_answer']} of {result['problems']} first answers had no "
                   f"final answer (left out) -> {cfg.run_dir / 'eval' / stage}.verdicts.json",
                   soft_wrap=True)

@@ -50,7 +50,7 @@ from agora.reflection.refined_answers import refinement_rows
 from agora.reflection.scores import majority_correct, reflection_metrics
 from agora.reflection.sft import sft_examples
 from agora.reflection.training import META_FILE, load_base
-from agora.reflection.verdict_probe import ProbeRecord, tally
+from agora.reflection.verdict_probe import CriticRecord, ProbeRecord, critic_tally, tally
 from agora.results.figures import reflect_figures
 from agora.rewards.verifiers.math import verify_math
 from agora.serving.model_folders import TINY_RANDOM, resolve_model
@@ -143,8 +143,8 @@ def test_critic_effects_count_what_the_critic_said_and_what_the_actor_did() -> N
 
 
 def test_verdict_probe_tallies_each_cell() -> None:
-    """The probe's four cells (first answer right/wrong x verdict correct/wrong) count their
-    own records only."""
+    """The probe's four actor cells (first answer right/wrong x verdict correct/wrong) and its
+    two critic cells (right/wrong answer) count their own records only."""
     records = [ProbeRecord(True, "correct", False, True), ProbeRecord(True, "wrong", True, False),
                ProbeRecord(False, "correct", True, True), ProbeRecord(False, "wrong", True, True),
                ProbeRecord(False, "wrong", False, False)]
@@ -154,6 +154,11 @@ def test_verdict_probe_tallies_each_cell() -> None:
     assert cells["wrong_answer+correct"] == {"n": 1, "changed": 1, "now_right": 1}
     assert cells["wrong_answer+wrong"] == {"n": 2, "changed": 1, "now_right": 1}
     assert tally([])["wrong_answer+wrong"] == {"n": 0, "changed": 0, "now_right": 0}
+    judged = critic_tally([CriticRecord(True, "correct"), CriticRecord(True, None),
+                           CriticRecord(False, "correct"), CriticRecord(False, "wrong"),
+                           CriticRecord(False, "wrong")])
+    assert judged == {"right_answer": {"n": 2, "correct": 1, "wrong": 0, "none": 1},
+                      "wrong_answer": {"n": 3, "correct": 1, "wrong": 2, "none": 0}}
 
 
 def test_verdicts_are_read_from_the_last_verdict_line() -> None:
@@ -820,6 +825,12 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
         assert cells[f"right_answer+{verdict}"]["n"] + cells[f"wrong_answer+{verdict}"]["n"] \
             == answered
     assert "first answers had no final answer" in out and "dpo.verdicts.json" in out
+    # the critic judged each problem's right result and the result one off, once each
+    assert probe["critic_adapter"] == "reflect-tiny-dpo-critic"
+    for kind in ("right_answer", "wrong_answer"):
+        cell = probe["critic"][kind]
+        assert cell["n"] == 3 and cell["correct"] + cell["wrong"] + cell["none"] == 3
+    assert "the critic on the right result and on one off" in out
     served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
     assert not [m for m in served if m.startswith("reflect-tiny-")]
     # `agora results` reads the base and DPO evaluations as before and after
