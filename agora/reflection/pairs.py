@@ -157,19 +157,21 @@ def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None
         by_task.setdefault(row.task.task_id, []).append(row)
     out: dict[str, list[PreferencePair]] = {role: [] for role in ROLES}
     critic_answer_right: list[bool] = []
+
+    def add_critic_pairs(row: OracleRow) -> None:
+        critiqued = critique_pairs(row, max_chars)
+        out["critic"].extend(critiqued)
+        critic_answer_right.extend([row.initial_correct] * len(critiqued))
+
     for task_rows in by_task.values():
         out["actor"] += first_turn_pairs(task_rows)
         if rules.keep_approved_answers:
             out["actor"] += approved_keep_pairs(task_rows, max_chars, rules.hold_right_answers)
         for row in task_rows:
             out["actor"] += refine_pairs(row, max_chars, rules.hold_right_answers)
-            critiqued = critique_pairs(row, max_chars)
-            out["critic"] += critiqued
-            critic_answer_right += [row.initial_correct] * len(critiqued)
+            add_critic_pairs(row)
     for row in critic_rows:
-        critiqued = critique_pairs(row, max_chars)
-        out["critic"] += critiqued
-        critic_answer_right += [row.initial_correct] * len(critiqued)
+        add_critic_pairs(row)
     if balance_critic:
         out["critic"] = balance_by_answer(out["critic"], critic_answer_right, seed)
     return out

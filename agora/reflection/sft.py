@@ -29,7 +29,14 @@ from agora.reflection.balance import balance_by_answer
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
 from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
-from agora.reflection.records import DataError, OracleRow, SFTExample, read_rows, write_rows
+from agora.reflection.records import (
+    Critique,
+    DataError,
+    OracleRow,
+    SFTExample,
+    read_rows,
+    write_rows,
+)
 from agora.reflection.refined_answers import extra_critic_rows
 from agora.reflection.training import (
     load_base,
@@ -64,6 +71,11 @@ def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = F
                                         prompt=prompt, completion=_assistant(text)))
             answer_right[role].append(row.initial_correct)
 
+    def add_critique(row: OracleRow, c: Critique) -> None:  # c.refined is known to be right
+        if c.verdict is None or row.verdict_right(c):
+            add("critic", "critique", row,
+                critic_messages(row.task.question, row.initial, max_chars), c.feedback)
+
     by_task: dict[str, list[OracleRow]] = {}
     for row in rows:
         by_task.setdefault(row.task.task_id, []).append(row)
@@ -84,14 +96,11 @@ def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = F
                     continue
                 add("actor", "refine", row,
                     refine_messages(question, row.initial, c.feedback, max_chars), c.refined)
-                if c.verdict is None or row.verdict_right(c):
-                    add("critic", "critique", row,
-                        critic_messages(question, row.initial, max_chars), c.feedback)
+                add_critique(row, c)
     for row in critic_rows:
         for c in row.critiques:
-            if c.refined_correct and (c.verdict is None or row.verdict_right(c)):
-                add("critic", "critique", row,
-                    critic_messages(row.task.question, row.initial, max_chars), c.feedback)
+            if c.refined_correct:
+                add_critique(row, c)
     if balance_critic:
         out["critic"] = balance_by_answer(out["critic"], answer_right["critic"], seed)
     return out
