@@ -20,6 +20,7 @@ from agora.config.agents import BaseModelConfig, SamplingConfig
 from agora.config.base import ConfigError
 from agora.config.run import apply_overrides, format_errors, read_config_yaml
 from agora.data.specs import TaskSpec
+from agora.reflection.prompts import CriticCheck
 from agora.reflection.reference_oracle import MAX_SAMPLES as REFERENCE_MAX_SAMPLES
 from agora.train.tracking import TrackingConfig, missing_packages
 
@@ -190,6 +191,12 @@ class ReflectionConfig(_Strict):
         "the refinements' short format, which the base actor's first answers never show, and "
         "a critic trained on those alone judged it at chance"
     )
+    critic_check: CriticCheck = Field(
+        "text", description="text: the critic writes its verdict; program: it writes a Python "
+        "block printing the result, the sandbox runs it and the verdict is the printed result "
+        "compared with the proposed answer (a 135M critic does not tell a right one-digit sum "
+        "from one off, but can write print(7 - 3))"
+    )
     pairs: PairsConfig = Field(default_factory=PairsConfig)
     sft: TrainStageConfig = Field(default_factory=TrainStageConfig)
     dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
@@ -215,6 +222,10 @@ class ReflectionConfig(_Strict):
         if self.critic_judges_refinements and not self.oracle.scripted:
             raise ValueError("critic_judges_refinements: only the scripted oracle (oracle."
                              "backend: reference) can critique refinements without inference")
+        if self.critic_check == "program" and self.oracle.critique != "worked":
+            raise ValueError(f"critic_check: 'program' critiques show the check's printed "
+                             f"result, so oracle.critique: '{self.oracle.critique}' (the "
+                             f"verdict alone) cannot hold; set oracle.critique: worked")
         if self.task.source != "reasoning_gym" and self.task.format not in ("gsm8k", "math"):
             raise ValueError(f"task.format: reflection is on math problems ('gsm8k' or "
                              f"'math'), not '{self.task.format}'")

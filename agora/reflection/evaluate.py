@@ -20,7 +20,14 @@ from agora.data import Task, load_tasks
 from agora.reflection.clients import Agents, check, generate
 from agora.reflection.config import STAGES, ReflectionConfig
 from agora.reflection.critic_effects import critic_effects
-from agora.reflection.prompts import actor_messages, critic_messages, parse_verdict, refine_messages
+from agora.reflection.program_critic import critic_feedback
+from agora.reflection.prompts import (
+    CriticCheck,
+    actor_messages,
+    critic_messages,
+    parse_verdict,
+    refine_messages,
+)
 from agora.reflection.records import Transcript, Turn, write_rows
 from agora.reflection.scores import reflection_metrics
 from agora.reflection.server import evaluation_name, role_stages, served_adapters
@@ -30,8 +37,9 @@ from agora.serving.model_folders import resolve_model
 
 
 async def run_episode(agents: Agents, task: Task, turns: int, max_chars: int,
-                      stop_on_approval: bool = False) -> Transcript:
-    """One problem, ``turns`` actor answers."""
+                      stop_on_approval: bool = False,
+                      critic_check: CriticCheck = "text") -> Transcript:
+    """One problem, ``turns`` actor answers; ``critic_check``: how the critic checks."""
     answer = await generate(agents.actor, actor_messages(task.question))
     checked = await check(answer, task)
     history = [Turn(answer=answer, extracted=checked.extracted, correct=checked.correct)]
@@ -40,8 +48,10 @@ async def run_episode(agents: Agents, task: Task, turns: int, max_chars: int,
         if last.carried:  # approved earlier: the answer stands
             history.append(last.model_copy())
             continue
-        feedback = await generate(agents.critic,
-                                  critic_messages(task.question, last.answer, max_chars))
+        written = await generate(agents.critic,
+                                 critic_messages(task.question, last.answer, max_chars,
+                                                 critic_check))
+        feedback = await critic_feedback(written, last.extracted, critic_check)
         verdict = parse_verdict(feedback)
         if stop_on_approval and verdict == "correct":
             history.append(last.model_copy(update={"feedback": feedback, "verdict": verdict,
@@ -72,7 +82,8 @@ async def _episodes(cfg: ReflectionConfig, url: str, names: dict[str, str],
             nonlocal done
             async with gate:
                 transcript = await run_episode(agents, task, cfg.eval.turns,
-                                               cfg.max_shown_chars, cfg.eval.stop_on_approval)
+                                               cfg.max_shown_chars, cfg.eval.stop_on_approval,
+                                               cfg.critic_check)
             done += 1
             if done % 10 == 0:
                 log(f"  eval: {done}/{len(tasks)} problems")

@@ -29,6 +29,7 @@ import httpx
 from agora.data import Task, load_tasks
 from agora.reflection.clients import ChatClient, check, generate, oracle_api_key
 from agora.reflection.config import ReflectionConfig
+from agora.reflection.program_critic import critic_feedback
 from agora.reflection.prompts import (
     actor_messages,
     critic_messages,
@@ -67,12 +68,15 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task], actor
         done = 0
 
         async def _model_texts(oracle: ChatClient, task: Task, initial: str,
-                               reference: str | None):
+                               proposed: str | None, reference: str | None):
             """The oracle model's critiques of ``initial`` and a refinement after each."""
-            prompt = critic_messages(task.question, initial, cfg.max_shown_chars)
-            feedbacks = await oracle.sample(with_reference(prompt, reference),
-                                            cfg.oracle.samples, cfg.oracle.temperature,
-                                            cfg.oracle.max_tokens)
+            prompt = critic_messages(task.question, initial, cfg.max_shown_chars,
+                                     cfg.critic_check)
+            written = await oracle.sample(with_reference(prompt, reference),
+                                          cfg.oracle.samples, cfg.oracle.temperature,
+                                          cfg.oracle.max_tokens)
+            feedbacks = [await critic_feedback(text, proposed, cfg.critic_check)
+                         for text in written]
             refinements = await asyncio.gather(*(
                 oracle.sample(with_reference(refine_messages(
                     task.question, initial, feedback, cfg.max_shown_chars), reference),
@@ -89,11 +93,12 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task], actor
                 if oracle is None:
                     texts = critiques_and_refinements(
                         task, initial, first.extracted, first.correct, cfg.oracle.samples,
-                        show_result=cfg.oracle.critique == "worked")
+                        show_result=cfg.oracle.critique == "worked", check=cfg.critic_check)
                     feedbacks = [feedback for feedback, _ in texts]
                     refinements = [(refined,) for _, refined in texts]
                 else:
-                    feedbacks, refinements = await _model_texts(oracle, task, initial, reference)
+                    feedbacks, refinements = await _model_texts(oracle, task, initial,
+                                                                first.extracted, reference)
             critiques = []
             for feedback, (refined,) in zip(feedbacks, refinements, strict=True):
                 checked = await check(refined, task)

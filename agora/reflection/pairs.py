@@ -39,7 +39,8 @@ from collections.abc import Sequence
 from agora.reflection.balance import balance_by_answer
 from agora.reflection.config import ROLES, PairsConfig, ReflectionConfig
 from agora.reflection.oracle import oracle_path
-from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
+from agora.reflection.program_critic import critic_completion
+from agora.reflection.prompts import CriticCheck, actor_messages, critic_messages, refine_messages
 from agora.reflection.records import OracleRow, PreferencePair, read_rows, write_rows
 from agora.reflection.refined_answers import extra_critic_rows
 
@@ -124,8 +125,10 @@ def approved_keep_pairs(task_rows: list[OracleRow], max_chars: int,
     return [p for p in out if p is not None]
 
 
-def critique_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
-    """The critic's turn: critiques of the same answer, ranked by what they led to."""
+def critique_pairs(row: OracleRow, max_chars: int,
+                   check: CriticCheck = "text") -> list[PreferencePair]:
+    """The critic's turn: critiques of the same answer, ranked by what they led to (a program
+    critic's pair is of its programs: the check's lines are not its own)."""
     if len(row.critiques) < 2:
         return []
 
@@ -138,19 +141,21 @@ def critique_pairs(row: OracleRow, max_chars: int) -> list[PreferencePair]:
         return []
     top = [c for c, r in zip(row.critiques, ranks, strict=True) if r == best]
     bottom = [c for c, r in zip(row.critiques, ranks, strict=True) if r == worst]
-    prompt = critic_messages(row.task.question, row.initial, max_chars)
+    prompt = critic_messages(row.task.question, row.initial, max_chars, check)
     rule = ("critique -> right refinement > critique -> wrong refinement" if best[0] != worst[0]
             else "right verdict > wrong verdict (same refinement outcome)")
-    out = [_pair("critic", "critique", rule, row, prompt, good.feedback, bad.feedback)
+    out = [_pair("critic", "critique", rule, row, prompt, critic_completion(good.feedback, check),
+                 critic_completion(bad.feedback, check))
            for good, bad in zip(top, bottom, strict=False)]
     return [p for p in out if p is not None]
 
 
 def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None = None,
                 balance_critic: bool = False, seed: int = 0,
-                critic_rows: Sequence[OracleRow] = ()) -> dict[str, list[PreferencePair]]:
+                critic_rows: Sequence[OracleRow] = (),
+                check: CriticCheck = "text") -> dict[str, list[PreferencePair]]:
     """All pairs of each role, by the rules in the module docstring; ``critic_rows`` are
-    further answers for the critic's rule alone."""
+    further answers for the critic's rule alone; ``check``: how the critic checks."""
     rules = rules or PairsConfig()
     by_task: dict[str, list[OracleRow]] = {}
     for row in rows:
@@ -159,7 +164,7 @@ def build_pairs(rows: list[OracleRow], max_chars: int, rules: PairsConfig | None
     critic_answer_right: list[bool] = []
 
     def add_critic_pairs(row: OracleRow) -> None:
-        critiqued = critique_pairs(row, max_chars)
+        critiqued = critique_pairs(row, max_chars, check)
         out["critic"].extend(critiqued)
         critic_answer_right.extend([row.initial_correct] * len(critiqued))
 
@@ -188,7 +193,7 @@ def write_pairs(cfg: ReflectionConfig) -> dict[str, dict[str, int]]:
     hint = "agora reflect oracle CONFIG" + ("" if stage == "base" else f" --stage {stage}")
     rows = read_rows(oracle_path(cfg, stage), OracleRow, hint)
     pairs = build_pairs(rows, cfg.max_shown_chars, cfg.pairs, cfg.balance_critic, cfg.seed,
-                        extra_critic_rows(cfg, rows))
+                        extra_critic_rows(cfg, rows), cfg.critic_check)
     counts = {}
     for role in ROLES:
         write_rows(pairs_path(cfg, role), pairs[role])

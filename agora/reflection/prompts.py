@@ -17,12 +17,16 @@ from typing import Literal
 from agora.envs.base import ChatMessage
 
 Verdict = Literal["correct", "wrong"]
+CriticCheck = Literal["text", "program"]  # how the critic checks (``critic_check``)
 
 ACTOR_SYSTEM = ("Solve the math problem. Think step by step, briefly. "
                 "End with a final line 'Answer: <number>'.")
 CRITIC_SYSTEM = ("You check a proposed answer to a math problem. Go through it step by step "
                  "and point out the first mistake, if there is one. End with a final line "
                  "'Verdict: correct' or 'Verdict: wrong'.")
+CRITIC_PROGRAM_SYSTEM = ("You check a proposed answer to a math problem. Write a short Python "
+                         "program in a ```python block that prints the correct final result; "
+                         "it is run and its output compared with the proposed answer.")
 REFINE_INSTRUCTION = ("Using the feedback, write an improved solution (keep the answer if it "
                       "was right). End with a final line 'Answer: <number>'.")
 
@@ -41,9 +45,12 @@ def actor_messages(question: str) -> list[ChatMessage]:
             {"role": "user", "content": f"Question: {question}"}]
 
 
-def critic_messages(question: str, answer: str, max_chars: int) -> list[ChatMessage]:
-    """The critic's turn: the question and the actor's latest answer."""
-    return [{"role": "system", "content": CRITIC_SYSTEM},
+def critic_messages(question: str, answer: str, max_chars: int,
+                    check: CriticCheck = "text") -> list[ChatMessage]:
+    """The critic's turn: the question and the actor's latest answer; ``check: program`` asks
+    for a program instead of a written verdict (``program_critic.py``)."""
+    system = CRITIC_PROGRAM_SYSTEM if check == "program" else CRITIC_SYSTEM
+    return [{"role": "system", "content": system},
             {"role": "user", "content": f"Question: {question}\n\n"
                                         f"Proposed answer:\n{clip(answer, max_chars)}"}]
 

@@ -33,6 +33,12 @@ still show it). Why: an actor trained on worked critiques copies the critic's re
 turns after the first are exactly as right as the critic's arithmetic, which for one model
 size is no better than the actor's own; told only "wrong", the actor works the answer again
 itself, and a critic right more often than not then adds what the actor alone lacks.
+
+``critic_check: program`` writes each critique as a program and its check
+(``program_critic.py``): the true critique's program computes the task's expression
+(``print(7 - 3)``), the misleading one's the expression off by the claimed result's distance
+(``print(7 - 3 + 1)``; a bare ``print(5)`` for a task without an expression), and the verdict
+is the check's, so it is exactly what the sandbox gives when the critic's program runs.
 """
 
 from __future__ import annotations
@@ -41,15 +47,38 @@ import hashlib
 from fractions import Fraction
 
 from agora.data import Task
+from agora.reflection.program_critic import checked_feedback, program_block
+from agora.reflection.prompts import CriticCheck, parse_verdict
+from agora.rewards.verifiers.program import ProgramRun
 
 MAX_SAMPLES = 2  # the true critique and a misleading one
 
 
-def worked(task: Task, result: str) -> str:
-    """The line that shows a result: the expression when the task has one."""
+def _expression(task: Task) -> str | None:
     entry = task.metadata.get("rg_entry") if isinstance(task.metadata, dict) else None
     expression = entry.get("expression") if isinstance(entry, dict) else None
+    return expression if isinstance(expression, str) and expression.strip() else None
+
+
+def worked(task: Task, result: str) -> str:
+    """The line that shows a result: the expression when the task has one."""
+    expression = _expression(task)
     return f"{expression} = {result}" if expression else f"The result is {result}"
+
+
+def computation(task: Task, result: str) -> str:
+    """A Python expression whose value is ``result``: the task's expression, off by the
+    difference when ``result`` is not the reference; the bare result without one."""
+    expression = _expression(task)
+    try:
+        delta = Fraction(result.strip()) - Fraction(task.answer.strip())
+    except (ValueError, ZeroDivisionError):
+        return repr(result.strip())
+    if expression is None or delta.denominator != 1:
+        return result.strip()
+    if delta == 0:
+        return expression
+    return f"{expression} {'+' if delta > 0 else '-'} {abs(delta.numerator)}"
 
 
 def slip(task: Task) -> str | None:
@@ -62,6 +91,12 @@ def slip(task: Task) -> str | None:
     step = 1 if hashlib.sha1(task.task_id.encode()).digest()[0] % 2 else -1
     wrong = value + step
     return str(wrong.numerator) if wrong.denominator == 1 else str(wrong)
+
+
+def program_critique(task: Task, claimed: str, proposed: str | None) -> str:
+    """A program that prints ``claimed``, and its check of ``proposed``."""
+    return checked_feedback(program_block(computation(task, claimed)),
+                            ProgramRun(status="ok", printed=claimed.strip()), proposed)
 
 
 def critique(task: Task, claimed: str, proposed: str | None, approves: bool,
@@ -88,21 +123,29 @@ def refinement(task: Task, claimed: str, initial: str, approves: bool) -> str:
 
 def critiques_and_refinements(task: Task, initial: str, proposed: str | None,
                               initial_correct: bool, samples: int,
-                              show_result: bool = True) -> list[tuple[str, str]]:
+                              show_result: bool = True,
+                              check: CriticCheck = "text") -> list[tuple[str, str]]:
     """Up to ``samples`` (feedback, refinement) pairs for one first answer: the true critique,
     then a misleading one where the answer allows it (see the module docstring). ``proposed``
     is the answer extracted from ``initial``; ``initial_correct`` the verifier's judgement;
-    ``show_result`` off writes verdict-only critiques (``oracle.critique: verdict``)."""
+    ``show_result`` off writes verdict-only critiques (``oracle.critique: verdict``);
+    ``check: program`` writes program critiques (``critic_check``)."""
+
+    def pair(claimed: str, approves: bool) -> tuple[str, str]:
+        if check == "program":  # the check's verdict decides what the actor believes
+            feedback = program_critique(task, claimed, proposed)
+            approves = parse_verdict(feedback) == "correct"
+        else:
+            feedback = critique(task, claimed, proposed, approves, show_result)
+        return feedback, refinement(task, claimed, initial, approves)
+
     truth = task.answer.strip()
-    out = [(critique(task, truth, proposed, initial_correct, show_result),
-            refinement(task, truth, initial, initial_correct))]
+    out = [pair(truth, initial_correct)]
     if samples < 2:
         return out
     # Dispute a right answer with a result one off; approve a wrong one (nothing to approve
     # without a final number).
     claimed = slip(task) if initial_correct else proposed
     if claimed is not None:
-        approves = not initial_correct
-        out.append((critique(task, claimed, proposed, approves, show_result),
-                    refinement(task, claimed, initial, approves)))
+        out.append(pair(claimed, not initial_correct))
     return out

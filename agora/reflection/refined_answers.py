@@ -19,12 +19,13 @@ The derived rows feed the critic alone; the actor's data stays the oracle's own.
 from __future__ import annotations
 
 from agora.reflection.config import ReflectionConfig
-from agora.reflection.prompts import parse_verdict
+from agora.reflection.prompts import CriticCheck, parse_verdict
 from agora.reflection.records import Critique, OracleRow
 from agora.reflection.reference_oracle import critiques_and_refinements
 
 
-def refinement_rows(rows: list[OracleRow], samples: int, show_result: bool) -> list[OracleRow]:
+def refinement_rows(rows: list[OracleRow], samples: int, show_result: bool,
+                    check: CriticCheck = "text") -> list[OracleRow]:
     """One row per distinct (problem, refinement) that is not one of that problem's first
     answers (a refinement that kept the first answer adds no new text), with the scripted
     oracle's critiques of it. The critiques' own refinements are right exactly when the
@@ -40,7 +41,8 @@ def refinement_rows(rows: list[OracleRow], samples: int, show_result: bool) -> l
                 continue
             seen.add(key)
             texts = critiques_and_refinements(row.task, c.refined, c.refined_extracted,
-                                              c.refined_correct, samples, show_result)
+                                              c.refined_correct, samples, show_result,
+                                              check)
             critiques = [
                 Critique(feedback=feedback, verdict=parse_verdict(feedback), refined=refined,
                          refined_extracted=_answer_line(refined) or c.refined_extracted,
@@ -67,4 +69,5 @@ def extra_critic_rows(cfg: ReflectionConfig, rows: list[OracleRow]) -> list[Orac
     """The derived rows the config asks for (none unless ``critic_judges_refinements``)."""
     if not cfg.critic_judges_refinements:
         return []
-    return refinement_rows(rows, cfg.oracle.samples, cfg.oracle.critique == "worked")
+    return refinement_rows(rows, cfg.oracle.samples, cfg.oracle.critique == "worked",
+                           cfg.critic_check)

@@ -28,7 +28,8 @@ from agora.algos.compute import resolve
 from agora.reflection.balance import balance_by_answer
 from agora.reflection.config import ROLES, ReflectionConfig
 from agora.reflection.oracle import ORACLE_FILE
-from agora.reflection.prompts import actor_messages, critic_messages, refine_messages
+from agora.reflection.program_critic import critic_completion
+from agora.reflection.prompts import CriticCheck, actor_messages, critic_messages, refine_messages
 from agora.reflection.records import (
     Critique,
     DataError,
@@ -56,9 +57,10 @@ def _assistant(text: str) -> list[dict[str, str]]:
 
 
 def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = False,
-                 seed: int = 0, critic_rows: Sequence[OracleRow] = ()
-                 ) -> dict[str, list[SFTExample]]:
-    """The SFT examples of each role, by the rules in the module docstring."""
+                 seed: int = 0, critic_rows: Sequence[OracleRow] = (),
+                 check: CriticCheck = "text") -> dict[str, list[SFTExample]]:
+    """The SFT examples of each role, by the rules in the module docstring; ``check``: how
+    the critic checks (``critic_check``: a program critic learns its program alone)."""
     out: dict[str, list[SFTExample]] = {role: [] for role in ROLES}
     answer_right: dict[str, list[bool]] = {role: [] for role in ROLES}
     seen: set[tuple[str, str, str]] = set()
@@ -74,7 +76,8 @@ def sft_examples(rows: list[OracleRow], max_chars: int, balance_critic: bool = F
     def add_critique(row: OracleRow, c: Critique) -> None:  # c.refined is known to be right
         if c.verdict is None or row.verdict_right(c):
             add("critic", "critique", row,
-                critic_messages(row.task.question, row.initial, max_chars), c.feedback)
+                critic_messages(row.task.question, row.initial, max_chars, check),
+                critic_completion(c.feedback, check))
 
     by_task: dict[str, list[OracleRow]] = {}
     for row in rows:
@@ -110,7 +113,7 @@ def train_sft(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict
     """SFT both adapters; returns per role: examples, steps, seconds, last loss."""
     rows = read_rows(cfg.run_dir / ORACLE_FILE, OracleRow, "agora reflect oracle CONFIG")
     examples = sft_examples(rows, cfg.max_shown_chars, cfg.balance_critic, cfg.seed,
-                            extra_critic_rows(cfg, rows))
+                            extra_critic_rows(cfg, rows), cfg.critic_check)
     for role in ROLES:
         if not examples[role]:
             raise DataError(f"{cfg.run_dir / ORACLE_FILE}: no SFT example for the {role} (no "

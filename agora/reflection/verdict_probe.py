@@ -6,7 +6,8 @@ change rate after "correct" against "wrong" (``critic_effects``) mixes what the 
 with whether the answer it judged was right: a critic that calls most right answers wrong makes
 "wrong" look ignored by an actor that keeps right answers. Here each first answer is refined
 twice, once after an approving and once after a rejecting verdict-only critique in the scripted
-oracle's own words (``reference_oracle.critique``), so the verdict is the only difference.
+oracle's own words (``reference_oracle.critique``), so the verdict is the only difference (a
+program critic's actor is given the program critique it was trained on, ``probe_critique``).
 Four cells: (first answer right or wrong) x (verdict correct or wrong), each with how many
 answers the actor changed and how many it ended with right.
 
@@ -31,8 +32,15 @@ import httpx
 from agora.data import Task, load_tasks
 from agora.reflection.clients import check, generate
 from agora.reflection.config import ReflectionConfig
-from agora.reflection.prompts import actor_messages, critic_messages, parse_verdict, refine_messages
-from agora.reflection.reference_oracle import critique, refinement, slip
+from agora.reflection.program_critic import critic_feedback
+from agora.reflection.prompts import (
+    CriticCheck,
+    actor_messages,
+    critic_messages,
+    parse_verdict,
+    refine_messages,
+)
+from agora.reflection.reference_oracle import critique, program_critique, refinement, slip
 from agora.reflection.server import served_adapters
 from agora.serving.auth import vllm_headers
 from agora.serving.client import PolicyClient, load_tokenizer
@@ -83,6 +91,19 @@ def tally(records: list[ProbeRecord]) -> dict[str, dict[str, int]]:
     return cells
 
 
+def probe_critique(task: Task, proposed: str, right: bool, verdict: str,
+                   check: CriticCheck) -> str:
+    """The critique the actor is given: verdict-only in the scripted oracle's words; for a
+    program critic (``critic_check: program``), the program and check it was trained on,
+    printing the proposed answer (to approve it) or another result (to reject it: the
+    reference when the answer is wrong, the result one off when it is right)."""
+    printed = proposed if verdict == "correct" else slip(task) if right else task.answer
+    if check == "text" or printed is None:  # (no number one off a reference that is none)
+        return critique(task, task.answer, proposed, approves=verdict == "correct",
+                        show_result=False)
+    return program_critique(task, printed, proposed)
+
+
 async def _probe(cfg: ReflectionConfig, url: str, names: dict[str, str],
                  tasks: list[Task]) -> tuple[list[ProbeRecord], int, list[CriticRecord]]:
     """The actor's records, how many first answers had no final answer to judge (left out: an
@@ -102,8 +123,9 @@ async def _probe(cfg: ReflectionConfig, url: str, names: dict[str, str],
                 return
             for result, right in ((task.answer.strip(), True), (wrong, False)):
                 answer = refinement(task, result, "", approves=False)
-                feedback = await generate(critic, critic_messages(task.question, answer,
-                                                                  cfg.max_shown_chars))
+                written = await generate(critic, critic_messages(
+                    task.question, answer, cfg.max_shown_chars, cfg.critic_check))
+                feedback = await critic_feedback(written, result, cfg.critic_check)
                 judged.append(CriticRecord(right, parse_verdict(feedback)))
 
         async def one(task: Task) -> None:
@@ -116,8 +138,8 @@ async def _probe(cfg: ReflectionConfig, url: str, names: dict[str, str],
                     unparsed += 1
                     return
                 for verdict in VERDICTS:
-                    feedback = critique(task, task.answer, checked.extracted,
-                                        approves=verdict == "correct", show_result=False)
+                    feedback = probe_critique(task, checked.extracted, checked.correct, verdict,
+                                              cfg.critic_check)
                     text = await generate(actor, refine_messages(task.question, first, feedback,
                                                                  cfg.max_shown_chars))
                     after = await check(text, task)

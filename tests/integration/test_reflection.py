@@ -258,13 +258,14 @@ def arithmetic_task() -> Task:
     return load_tasks(TASK, "train", limit=1)[0]
 
 
-def scripted_row(t: Task, initial: str, show_result: bool = True) -> OracleRow:
+def scripted_row(t: Task, initial: str, show_result: bool = True,
+                 check: str = "text") -> OracleRow:
     """What the oracle stage records for one first answer with the reference backend."""
     first = verify_math(initial, t)
     critiques = []
     for feedback, refined in critiques_and_refinements(t, initial, first.extracted,
                                                        first.correct, samples=2,
-                                                       show_result=show_result):
+                                                       show_result=show_result, check=check):
         checked = verify_math(refined, t)
         critiques.append(Critique(feedback=feedback, verdict=parse_verdict(feedback),
                                   refined=refined, refined_extracted=checked.extracted,
