@@ -28,13 +28,18 @@ service's when one is set, else a local isolated run), never in this process.
 from __future__ import annotations
 
 import asyncio
-import re
 from fractions import Fraction
 
 from agora.data.base import TaskRef
 from agora.reflection.prompts import CriticCheck
 from agora.rewards.verifiers.math import verify_math
-from agora.rewards.verifiers.program import ProgramRun, last_program, run_program
+from agora.rewards.verifiers.program import (
+    PROGRAM_BLOCK,
+    ProgramRun,
+    last_program,
+    plain_printed,
+    run_program,
+)
 from agora.sandbox.runner import SandboxLimits, SandboxStatus
 
 
@@ -42,9 +47,7 @@ class CheckUnavailable(RuntimeError):
     """The sandbox could not run the critic's program (not isolated here): no verdict on the
     program, so the run stops rather than record a check that never ran."""
 
-# The end of the last closed fenced block: what the critic wrote ends there.
-_BLOCK_END = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n.*?```", re.DOTALL | re.IGNORECASE)
-_WHOLE_FLOAT = re.compile(r"^(-?\d+)\.0+$")
+
 _LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=5.0)  # a check prints one number
 
 
@@ -57,14 +60,14 @@ def written_part(text: str) -> str:
     """What the critic wrote, up to the end of its last program (all of it when it wrote
     none): the check's lines are not the critic's, and text after the program is dropped so
     the check's verdict is the last word."""
-    ends = [m.end() for m in _BLOCK_END.finditer(text or "")]
+    ends = [m.end() for m in PROGRAM_BLOCK.finditer(text or "")]
     return (text[:ends[-1]] if ends else text or "").strip()
 
 
 def same_answer(printed: str, proposed: str) -> bool:
     """Do the program's printed result and the proposed answer name the same number?
     Plain numbers compare exactly (``4.0`` is ``4``); anything else goes to math-verify."""
-    printed = _WHOLE_FLOAT.sub(r"\1", printed.strip())
+    printed = plain_printed(printed)
     try:
         return Fraction(printed) == Fraction(proposed.strip())
     except (ValueError, ZeroDivisionError):
@@ -86,8 +89,7 @@ def checked_feedback(written: str, run: ProgramRun | None, proposed: str | None)
         judged, verdict = f"The proposed answer {proposed} is right.", "correct"
     else:
         judged, verdict = f"The proposed answer {proposed} is wrong.", "wrong"
-    printed = _WHOLE_FLOAT.sub(r"\1", run.printed)
-    return f"{head}\nOutput: {printed}\n{judged}\nVerdict: {verdict}"
+    return f"{head}\nOutput: {plain_printed(run.printed)}\n{judged}\nVerdict: {verdict}"
 
 
 def check_with_program(written: str, proposed: str | None) -> str:

@@ -29,7 +29,7 @@ from agora.sandbox.runner import SandboxLimits
 
 AnswerMode = Literal["text", "program", "either"]
 # A fenced block tagged python / py / python3 (or untagged): what chat models write for code.
-_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+PROGRAM_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _WHOLE_FLOAT = re.compile(r"^(-?\d+)\.0+$")
 MAX_PRINTED_CHARS = 200  # the answer line; longer is not an answer
 
@@ -51,8 +51,14 @@ class ProgramRun:
 def last_program(response: str) -> str | None:
     """The last fenced Python block of ``response``, or None (an unclosed block is no
     program: the token limit cut it)."""
-    blocks = _BLOCK.findall(response)
+    blocks = PROGRAM_BLOCK.findall(response)
     return blocks[-1] if blocks and blocks[-1].strip() else None
+
+
+def plain_printed(printed: str) -> str:
+    """A printed line as a written answer: Python's "37.0" for 444 / 12 is the integer 37 a
+    scorer comparing strings expects."""
+    return _WHOLE_FLOAT.sub(r"\1", printed.strip())
 
 
 def run_program(program: str, limits: SandboxLimits) -> ProgramRun:
@@ -77,8 +83,7 @@ def verify_answer(response: str, task: TaskRef, mode: AnswerMode,
     run = run_program(program, limits)
     if not run.answered:
         return MathVerdict(correct=False, method="program"), run
-    # The printed line is read as a written final answer (numbers, fractions, LaTeX alike);
-    # Python's "37.0" for 444 / 12 is the integer a scorer comparing strings expects.
-    printed = _WHOLE_FLOAT.sub(r"\1", run.printed)
+    # The printed line is read as a written final answer (numbers, fractions, LaTeX alike).
+    printed = plain_printed(run.printed)
     verdict = verify_math(f"Answer: {printed}", task)
     return verdict.model_copy(update={"method": f"program+{verdict.method}"}), run
