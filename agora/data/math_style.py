@@ -29,15 +29,20 @@ def _integer(answer: str) -> str:
 
 
 def complex_answer(answer: str) -> str:
-    """reasoning-gym's ``2.0 + 7.0i`` / ``-2.00i`` as MATH writes it: ``2+7i``, ``-2i``."""
-    value = complex(answer.replace(" ", "").replace("i", "j"))
-    real, imag = round(value.real), round(value.imag)
+    """reasoning-gym's ``2.0 + 7.0i`` / ``-2.00i`` (and Python's ``(2+7j)``) as MATH writes
+    it: ``2+7i``, ``-2i``; a part that is not whole keeps its decimals (``1.5+2i``)."""
+    value = complex(answer.strip().strip("()").replace(" ", "").replace("i", "j"))
+    real, imag = _plain(value.real), _plain(value.imag)
     if imag == 0:
         return str(real)
     unit = {1: "i", -1: "-i"}.get(imag, f"{imag}i")
     if real == 0:
         return unit
     return f"{real}{unit}" if imag < 0 else f"{real}+{unit}"
+
+
+def _plain(part: float) -> int | float:
+    return int(part) if part.is_integer() else part  # (and -0.0 is 0)
 
 
 @dataclass(frozen=True)

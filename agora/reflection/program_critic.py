@@ -28,10 +28,10 @@ service's when one is set, else a local isolated run), never in this process.
 from __future__ import annotations
 
 import asyncio
-from fractions import Fraction
 
 from agora.data.base import TaskRef
 from agora.reflection.prompts import CriticCheck
+from agora.reflection.task_programs import numeric_value
 from agora.rewards.verifiers.math import verify_math
 from agora.rewards.verifiers.program import (
     PROGRAM_BLOCK,
@@ -51,9 +51,9 @@ class CheckUnavailable(RuntimeError):
 _LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=5.0)  # a check prints one number
 
 
-def program_block(expression: str) -> str:
-    """The critic's program for a result it computes as ``expression``."""
-    return f"```python\nprint({expression})\n```"
+def program_block(source: str) -> str:
+    """``source`` as the critic writes a program: a fenced Python block."""
+    return f"```python\n{source}\n```"
 
 
 def written_part(text: str) -> str:
@@ -66,12 +66,13 @@ def written_part(text: str) -> str:
 
 def same_answer(printed: str, proposed: str) -> bool:
     """Do the program's printed result and the proposed answer name the same number?
-    Plain numbers compare exactly (``4.0`` is ``4``); anything else goes to math-verify."""
+    Numbers compare exactly (``4.0`` is ``4``; Python's ``(7+6j)`` is ``7+6i``); anything
+    else goes to math-verify."""
     printed = plain_printed(printed)
-    try:
-        return Fraction(printed) == Fraction(proposed.strip())
-    except (ValueError, ZeroDivisionError):
-        return verify_math(f"Answer: {proposed}", TaskRef(answer=printed)).correct
+    ours, theirs = numeric_value(printed), numeric_value(proposed)
+    if ours is not None and theirs is not None:
+        return ours == theirs
+    return verify_math(f"Answer: {proposed}", TaskRef(answer=printed)).correct
 
 
 def checked_feedback(written: str, run: ProgramRun | None, proposed: str | None) -> str:

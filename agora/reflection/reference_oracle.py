@@ -35,67 +35,50 @@ size is no better than the actor's own; told only "wrong", the actor works the a
 itself, and a critic right more often than not then adds what the actor alone lacks.
 
 ``critic_check: program`` writes each critique as a program and its check
-(``program_critic.py``): the true critique's program computes the task's expression
-(``print(7 - 3)``), the misleading one's the expression off by the claimed result's distance
-(``print(7 - 3 + 1)``; a bare ``print(5)`` for a task without an expression), and the verdict
+(``program_critic.py``): the true critique's program computes the result from the question
+(``task_programs.py``: ``print(7 - 3)``, the root of ``Solve for m: 1 - m = -4``, a complex
+sum), the misleading one's the same off by the claimed result's distance (``print(7 - 3 + 1)``;
+a bare ``print(5)`` for a question none of those forms reads), and the verdict
 is the check's, so it is exactly what the sandbox gives when the critic's program runs.
 """
 
 from __future__ import annotations
 
 import hashlib
-from fractions import Fraction
 
 from agora.data import Task
+from agora.data.math_style import complex_answer
 from agora.reflection.program_critic import checked_feedback, program_block
 from agora.reflection.prompts import CriticCheck, parse_verdict
+from agora.reflection.task_programs import numeric_value, result_program, rg_expression
 from agora.rewards.verifiers.program import ProgramRun
 
 MAX_SAMPLES = 2  # the true critique and a misleading one
 
 
-def _expression(task: Task) -> str | None:
-    entry = task.metadata.get("rg_entry") if isinstance(task.metadata, dict) else None
-    expression = entry.get("expression") if isinstance(entry, dict) else None
-    return expression if isinstance(expression, str) and expression.strip() else None
-
-
 def worked(task: Task, result: str) -> str:
     """The line that shows a result: the expression when the task has one."""
-    expression = _expression(task)
+    expression = rg_expression(task)
     return f"{expression} = {result}" if expression else f"The result is {result}"
 
 
-def computation(task: Task, result: str) -> str:
-    """A Python expression whose value is ``result``: the task's expression, off by the
-    difference when ``result`` is not the reference; the bare result without one."""
-    expression = _expression(task)
-    try:
-        delta = Fraction(result.strip()) - Fraction(task.answer.strip())
-    except (ValueError, ZeroDivisionError):
-        return repr(result.strip())
-    if expression is None or delta.denominator != 1:
-        return result.strip()
-    if delta == 0:
-        return expression
-    return f"{expression} {'+' if delta > 0 else '-'} {abs(delta.numerator)}"
-
-
 def slip(task: Task) -> str | None:
-    """A plausible wrong result: the reference one off (up or down, fixed per task); None when
-    the reference is not a number."""
-    try:
-        value = Fraction(task.answer.strip())
-    except (ValueError, ZeroDivisionError):
+    """A plausible wrong result: the reference one off (up or down, fixed per task; a complex
+    reference's real part); None when the reference is not a number."""
+    value = numeric_value(task.answer)
+    if value is None:
         return None
     step = 1 if hashlib.sha1(task.task_id.encode()).digest()[0] % 2 else -1
     wrong = value + step
+    if isinstance(wrong, complex):
+        return complex_answer(repr(wrong))
     return str(wrong.numerator) if wrong.denominator == 1 else str(wrong)
 
 
 def program_critique(task: Task, claimed: str, proposed: str | None) -> str:
-    """A program that prints ``claimed``, and its check of ``proposed``."""
-    return checked_feedback(program_block(computation(task, claimed)),
+    """A program that prints ``claimed`` (``task_programs.result_program``), and its check of
+    ``proposed``."""
+    return checked_feedback(program_block(result_program(task, claimed)),
                             ProgramRun(status="ok", printed=claimed.strip()), proposed)
 
 

@@ -10,6 +10,7 @@ run through the CLI on the session's vLLM server.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from agora.reflection.records import (
     Transcript,
     read_rows,
 )
-from agora.reflection.reference_oracle import critiques_and_refinements
+from agora.reflection.reference_oracle import critiques_and_refinements, slip
 from agora.reflection.refined_answers import refinement_rows
 from agora.reflection.sft import sft_examples
 from agora.reflection.verdict_probe import probe_critique
@@ -39,6 +40,8 @@ from tests.integration.test_reflection import (
     write_config,
 )
 from tests.integration.test_reflection import scripted_row as reflection_row
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def program(expression: str, before: str = "", after: str = "") -> str:
@@ -107,6 +110,30 @@ def test_scripted_program_critiques_are_what_the_sandbox_prints() -> None:
                                         check="program")
     assert only[0] == (program("12") + "\nOutput: 12\nThe proposed answer 11 is wrong.\n"
                        "Verdict: wrong")
+
+
+def test_math_style_programs_compute_the_result_from_the_question() -> None:
+    """On the MATH-style split (equations, complex sums, sums; MATH-500 rows with no
+    metadata) the scripted critic's program computes the result from the question's own
+    numbers, and the sandbox prints exactly the check the oracle wrote."""
+    shipped = load_reflection_config(ROOT / "configs" / "reflection_math_style.yaml")
+    tasks = load_tasks(shipped.task, "train")
+    for level in (1, 2, 3):
+        for t in [t for t in tasks if t.difficulty == level][:3]:
+            wrong = slip(t)
+            for first, proposed, right in ((f"Answer: {t.answer}", t.answer, True),
+                                           (f"Answer: {wrong}", wrong, False)):
+                true, misleading = critiques_and_refinements(t, first, proposed, right,
+                                                             samples=2, check="program")
+                for feedback, _ in (true, misleading):
+                    assert feedback == check_with_program(written_part(feedback), proposed)
+                assert parse_verdict(true[0]) == ("correct" if right else "wrong")
+                assert parse_verdict(misleading[0]) == ("wrong" if right else "correct")
+                program_text = written_part(true[0])
+                assert f"print({t.answer})" not in program_text, program_text
+                numbers = re.findall(r"\d+", t.question)
+                assert all(n in program_text for n in numbers), (t.question, program_text)
+                assert f"Output: {t.answer}\n" in true[0]
 
 
 def test_the_critic_learns_its_program_and_the_actor_sees_the_check() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agora.data.base import TaskRef
+from agora.data.math_style import complex_answer
 from agora.rewards.verifiers.math import MathVerdict, verify_math
 from agora.sandbox.remote import run_untrusted
 from agora.sandbox.runner import SandboxLimits
@@ -31,6 +32,7 @@ AnswerMode = Literal["text", "program", "either"]
 # A fenced block tagged python / py / python3 (or untagged): what chat models write for code.
 PROGRAM_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _WHOLE_FLOAT = re.compile(r"^(-?\d+)\.0+$")
+_PYTHON_COMPLEX = re.compile(r"^\(?[-+]?[\d.]*[-+]?[\d.]+j\)?$")  # (7+6j), -4j, (1.5-2j)
 MAX_PRINTED_CHARS = 200  # the answer line; longer is not an answer
 
 
@@ -57,8 +59,13 @@ def last_program(response: str) -> str | None:
 
 def plain_printed(printed: str) -> str:
     """A printed line as a written answer: Python's "37.0" for 444 / 12 is the integer 37 a
-    scorer comparing strings expects."""
-    return _WHOLE_FLOAT.sub(r"\1", printed.strip())
+    scorer comparing strings expects (and "-0.0" is 0); its complex "(7+6j)" is MATH's
+    "7+6i"."""
+    printed = printed.strip()
+    if _PYTHON_COMPLEX.match(printed):
+        return complex_answer(printed)
+    plain = _WHOLE_FLOAT.sub(r"\1", printed)
+    return "0" if plain == "-0" else plain
 
 
 def run_program(program: str, limits: SandboxLimits) -> ProgramRun:
