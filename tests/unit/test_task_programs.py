@@ -4,7 +4,9 @@ Running them is the sandbox's job: tests/integration/test_reflection_program_cri
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 from agora.data import Task
 from agora.data.math_style import complex_answer
@@ -74,3 +76,11 @@ def test_numbers_as_scorers_and_python_write_them() -> None:
     # the misleading result for a complex reference: its real part one off
     wrong = slip(task("Add the complex numbers: (4.0 + 1.0i) + (3.0 + 5.0i)", "7+6i"))
     assert wrong in ("8+6i", "6+6i")
+
+
+def test_every_question_of_the_shipped_math_style_split_is_read() -> None:
+    """configs/reflection_math_style.yaml's data: no question falls back to a bare print."""
+    path = Path(__file__).resolve().parents[2] / "data" / "math_style.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    unread = [r["problem"] for r in rows if result_lines(task(r["problem"], r["answer"])) is None]
+    assert len(rows) == 450 and unread == []
