@@ -29,6 +29,7 @@ class GatewayError(Exception):
         param: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message, param = _sendable(message), None if param is None else _sendable(param)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -43,6 +44,14 @@ class GatewayError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def _sendable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udb82`` escapes. Why: a JSON body may
+    name a key with an unpaired ``\\ud800``-style escape, which Python decodes into a str
+    that UTF-8 cannot encode, so a message naming that field would crash the error response
+    itself (a 500 instead of the 422)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def validation_error(err: ValidationError, prefix: str = "") -> GatewayError:

@@ -3,6 +3,7 @@ files (issue 18); every shipped config stays postable."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,14 @@ def test_the_posters_own_choices_pass():
         "environment": {"task": {"source": "jsonl", "path": "data/samples/gsm8k_sample.jsonl"}},
         "services": {"gateway_port": 8300}, "ppo": {"learning_rate": 1e-4},
     })
+
+
+def test_a_refused_field_named_with_lone_surrogates_is_still_answered():
+    """A JSON key may hold an unpaired surrogate escape (found by the gateway's fuzzing): the
+    422 naming it must still encode, with the surrogate escaped, not become a 500."""
+    with pytest.raises(GatewayError) as refused:
+        refuse_server_choices({"config": {"\udb14\udefd": {"path": [[], {}, -1]}}})
+    body = json.loads(refused.value.response().body)
+    assert refused.value.status == 422
+    assert body["error"]["param"] == "config.\\udb14\\udefd.path"
+    assert body["error"]["message"].startswith("config.\\udb14\\udefd.path: names a file")
