@@ -22,6 +22,7 @@ from agora.config.run import apply_overrides, format_errors, read_config_yaml
 from agora.data.specs import TaskSpec
 from agora.reflection.prompts import CriticCheck
 from agora.reflection.reference_oracle import MAX_SAMPLES as REFERENCE_MAX_SAMPLES
+from agora.reflection.task_programs import EquationForm
 from agora.train.tracking import TrackingConfig, missing_packages
 
 ROLES = ("actor", "critic")
@@ -80,6 +81,12 @@ class OracleConfig(_Strict):
         "worked", description="reference backend: worked = a critique states the right result "
         "before its verdict; verdict = the verdict alone, so the actor works the answer again "
         "rather than copying the critic's"
+    )
+    equation_program: EquationForm = Field(
+        "root", description="reference backend, critic_check: program: the program an "
+        "equation's critique holds; root = the root of the linear difference of its sides "
+        "(two lines), search = the equation's own text searched for a whole root within "
+        "±1000 (one line, closer to the question)"
     )
 
     @property

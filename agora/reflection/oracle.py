@@ -93,7 +93,8 @@ async def _oracle_rows(cfg: ReflectionConfig, url: str, tasks: list[Task], actor
                 if oracle is None:
                     texts = critiques_and_refinements(
                         task, initial, first.extracted, first.correct, cfg.oracle.samples,
-                        show_result=cfg.oracle.critique == "worked", check=cfg.critic_check)
+                        show_result=cfg.oracle.critique == "worked", check=cfg.critic_check,
+                        equations=cfg.oracle.equation_program)
                     feedbacks = [feedback for feedback, _ in texts]
                     refinements = [(refined,) for _, refined in texts]
                 else:

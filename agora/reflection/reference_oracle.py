@@ -50,7 +50,12 @@ from agora.data import Task
 from agora.data.math_style import complex_answer
 from agora.reflection.program_critic import checked_feedback, program_block
 from agora.reflection.prompts import CriticCheck, parse_verdict
-from agora.reflection.task_programs import numeric_value, result_program, rg_expression
+from agora.reflection.task_programs import (
+    EquationForm,
+    numeric_value,
+    result_program,
+    rg_expression,
+)
 from agora.rewards.verifiers.program import ProgramRun
 
 MAX_SAMPLES = 2  # the true critique and a misleading one
@@ -75,10 +80,11 @@ def slip(task: Task) -> str | None:
     return str(wrong.numerator) if wrong.denominator == 1 else str(wrong)
 
 
-def program_critique(task: Task, claimed: str, proposed: str | None) -> str:
+def program_critique(task: Task, claimed: str, proposed: str | None,
+                     equations: EquationForm = "root") -> str:
     """A program that prints ``claimed`` (``task_programs.result_program``), and its check of
     ``proposed``."""
-    return checked_feedback(program_block(result_program(task, claimed)),
+    return checked_feedback(program_block(result_program(task, claimed, equations)),
                             ProgramRun(status="ok", printed=claimed.strip()), proposed)
 
 
@@ -107,16 +113,18 @@ def refinement(task: Task, claimed: str, initial: str, approves: bool) -> str:
 def critiques_and_refinements(task: Task, initial: str, proposed: str | None,
                               initial_correct: bool, samples: int,
                               show_result: bool = True,
-                              check: CriticCheck = "text") -> list[tuple[str, str]]:
+                              check: CriticCheck = "text",
+                              equations: EquationForm = "root") -> list[tuple[str, str]]:
     """Up to ``samples`` (feedback, refinement) pairs for one first answer: the true critique,
     then a misleading one where the answer allows it (see the module docstring). ``proposed``
     is the answer extracted from ``initial``; ``initial_correct`` the verifier's judgement;
     ``show_result`` off writes verdict-only critiques (``oracle.critique: verdict``);
-    ``check: program`` writes program critiques (``critic_check``)."""
+    ``check: program`` writes program critiques (``critic_check``), an equation's program
+    in the form ``equations`` names (``oracle.equation_program``)."""
 
     def pair(claimed: str, approves: bool) -> tuple[str, str]:
         if check == "program":  # the check's verdict decides what the actor believes
-            feedback = program_critique(task, claimed, proposed)
+            feedback = program_critique(task, claimed, proposed, equations)
             approves = parse_verdict(feedback) == "correct"
         else:
             feedback = critique(task, claimed, proposed, approves, show_result)

@@ -22,10 +22,12 @@ from agora.reflection.config import ReflectionConfig
 from agora.reflection.prompts import CriticCheck, parse_verdict
 from agora.reflection.records import Critique, OracleRow
 from agora.reflection.reference_oracle import critiques_and_refinements
+from agora.reflection.task_programs import EquationForm
 
 
 def refinement_rows(rows: list[OracleRow], samples: int, show_result: bool,
-                    check: CriticCheck = "text") -> list[OracleRow]:
+                    check: CriticCheck = "text",
+                    equations: EquationForm = "root") -> list[OracleRow]:
     """One row per distinct (problem, refinement) that is not one of that problem's first
     answers (a refinement that kept the first answer adds no new text), with the scripted
     oracle's critiques of it. The critiques' own refinements are right exactly when the
@@ -42,7 +44,7 @@ def refinement_rows(rows: list[OracleRow], samples: int, show_result: bool,
             seen.add(key)
             texts = critiques_and_refinements(row.task, c.refined, c.refined_extracted,
                                               c.refined_correct, samples, show_result,
-                                              check)
+                                              check, equations)
             critiques = [
                 Critique(feedback=feedback, verdict=parse_verdict(feedback), refined=refined,
                          refined_extracted=_answer_line(refined) or c.refined_extracted,
@@ -70,4 +72,4 @@ def extra_critic_rows(cfg: ReflectionConfig, rows: list[OracleRow]) -> list[Orac
     if not cfg.critic_judges_refinements:
         return []
     return refinement_rows(rows, cfg.oracle.samples, cfg.oracle.critique == "worked",
-                           cfg.critic_check)
+                           cfg.critic_check, cfg.oracle.equation_program)

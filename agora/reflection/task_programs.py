@@ -15,7 +15,13 @@ source (a reasoning-gym task, a MATH-500-schema JSONL row):
       print(-f(0) / (f(1) - f(0)))
 
   the root of a linear ``f`` from two of its values (no sympy: a bare interpreter runs it
-  within the check's 2 s of CPU);
+  within the check's 2 s of CPU); or, with ``equations="search"`` (``oracle.equation_program``)
+  and a whole root within ±1000, the equation's own text searched for its root::
+
+      print([m for m in range(-1000, 1001) if 1 - m == -4][0])
+
+  one line that copies the question (``=`` read as ``==``), which a small critic may learn to
+  write where it did not learn the two-line root (measured in docs/recipes/reflection.md);
 - an arithmetic expression, ``Calculate 7 - 3.``, ``Add the complex numbers: (4.0 + 1.0i) +
   (3.0 + 5.0i)`` (``i`` written as Python's ``j``): ``print(7 - 3)``;
 - reasoning-gym's own ``expression`` metadata, when the task carries it, before either.
@@ -30,8 +36,12 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import Literal
 
 from agora.data import Task
+
+EquationForm = Literal["root", "search"]
+SEARCH_BOUND = 1000  # the search form's roots lie in [-SEARCH_BOUND, SEARCH_BOUND]
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _LETTER = r"(?<![A-Za-z])[a-z](?![A-Za-z])"  # a one-letter name, not a letter of a word
@@ -64,9 +74,10 @@ def _python_side(side: str) -> str:
     return _IMPLICIT_PRODUCT.sub(r"\1 * \2", " ".join(side.split()))
 
 
-def _equation_program(question: str) -> list[str] | None:
-    """``f = lambda v: (lhs) - (rhs)`` and the print of its root; None unless the question
-    ends in a linear equation of exactly one variable."""
+def _equation_program(question: str, answer: str, form: EquationForm) -> list[str] | None:
+    """``f = lambda v: (lhs) - (rhs)`` and the print of its root, or (``form="search"``, the
+    reference ``answer`` a whole number within the bound) the search of the equation's text;
+    None unless the question ends in a linear equation of exactly one variable."""
     match = _read(_EQUATION, question)
     if match is None:
         return None
@@ -75,8 +86,17 @@ def _equation_program(question: str) -> list[str] | None:
     if len(names) != 1:
         return None
     (name,) = names
-    f = f"f = lambda {name}: ({_python_side(lhs)}) - ({_python_side(rhs)})"
+    lhs, rhs = _python_side(lhs), _python_side(rhs)
+    if form == "search" and _whole_within_bound(answer):
+        bound = SEARCH_BOUND
+        return [f"[{name} for {name} in range({-bound}, {bound + 1}) if {lhs} == {rhs}][0]"]
+    f = f"f = lambda {name}: ({lhs}) - ({rhs})"
     return [f, "-f(0) / (f(1) - f(0))"]
+
+
+def _whole_within_bound(answer: str) -> bool:
+    value = numeric_value(answer)
+    return isinstance(value, Fraction) and value.denominator == 1 and abs(value) <= SEARCH_BOUND
 
 
 def rg_expression(task: Task) -> str | None:
@@ -98,11 +118,12 @@ def _expression(task: Task) -> str | None:
     return _IMAGINARY.sub(lambda m: f"{m.group(1) or 1}j", text)
 
 
-def result_lines(task: Task) -> list[str] | None:
+def result_lines(task: Task, equations: EquationForm = "root") -> list[str] | None:
     """The statements before the result and the expression that computes it, or None where
-    the question's form is not one read here (see the module docstring)."""
+    the question's form is not one read here (see the module docstring); ``equations`` picks
+    an equation's program."""
     if "=" in task.question:
-        return _equation_program(task.question)
+        return _equation_program(task.question, task.answer, equations)
     expression = _expression(task)
     return [expression] if expression is not None else None
 
@@ -148,11 +169,11 @@ def _signed(delta: Fraction, suffix: str = "") -> str:
     return f"{'+' if delta > 0 else '-'} {text}{suffix}"
 
 
-def result_program(task: Task, claimed: str) -> str:
+def result_program(task: Task, claimed: str, equations: EquationForm = "root") -> str:
     """A program that prints ``claimed``: the question's own computation, off by the
     difference when ``claimed`` is not the reference; ``print(claimed)`` where the question
     is not read here or the difference is not a number."""
-    lines = result_lines(task)
+    lines = result_lines(task, equations)
     shift = offset(claimed, task.answer)
     if lines is None or shift is None:
         bare = claimed.strip()

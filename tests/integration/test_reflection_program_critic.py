@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from agora.data import Task, load_tasks
 from agora.reflection.clients import Agents
 from agora.reflection.config import load_reflection_config
@@ -112,10 +114,12 @@ def test_scripted_program_critiques_are_what_the_sandbox_prints() -> None:
                        "Verdict: wrong")
 
 
-def test_math_style_programs_compute_the_result_from_the_question() -> None:
+@pytest.mark.parametrize("equations", ["root", "search"])
+def test_math_style_programs_compute_the_result_from_the_question(equations: str) -> None:
     """On the MATH-style split (equations, complex sums, sums; MATH-500 rows with no
     metadata) the scripted critic's program computes the result from the question's own
-    numbers, and the sandbox prints exactly the check the oracle wrote."""
+    numbers, and the sandbox prints exactly the check the oracle wrote, in either form of
+    an equation's program (``oracle.equation_program``)."""
     shipped = load_reflection_config(ROOT / "configs" / "reflection_math_style.yaml")
     tasks = load_tasks(shipped.task, "train")
     for level in (1, 2, 3):
@@ -123,8 +127,8 @@ def test_math_style_programs_compute_the_result_from_the_question() -> None:
             wrong = slip(t)
             for first, proposed, right in ((f"Answer: {t.answer}", t.answer, True),
                                            (f"Answer: {wrong}", wrong, False)):
-                true, misleading = critiques_and_refinements(t, first, proposed, right,
-                                                             samples=2, check="program")
+                true, misleading = critiques_and_refinements(
+                    t, first, proposed, right, samples=2, check="program", equations=equations)
                 for feedback, _ in (true, misleading):
                     assert feedback == check_with_program(written_part(feedback), proposed)
                 assert parse_verdict(true[0]) == ("correct" if right else "wrong")
@@ -134,6 +138,9 @@ def test_math_style_programs_compute_the_result_from_the_question() -> None:
                 numbers = re.findall(r"\d+", t.question)
                 assert all(n in program_text for n in numbers), (t.question, program_text)
                 assert f"Output: {t.answer}\n" in true[0]
+                if level == 2:  # the equations: the form asked for
+                    searched = " in range(-1000, 1001) if " in program_text
+                    assert searched == (equations == "search"), program_text
 
 
 def test_the_critic_learns_its_program_and_the_actor_sees_the_check() -> None:

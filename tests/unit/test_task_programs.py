@@ -84,3 +84,16 @@ def test_every_question_of_the_shipped_math_style_split_is_read() -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     unread = [r["problem"] for r in rows if result_lines(task(r["problem"], r["answer"])) is None]
     assert len(rows) == 450 and unread == []
+
+
+def test_search_form_copies_the_equation_and_keeps_whole_roots() -> None:
+    """``oracle.equation_program: search``: one line, the question's equation read as
+    ``==``; a root that is not whole within the bound keeps the two-line root."""
+    question = "Solve for x: 3x + 2 = 2 * x - 4."
+    search = "[x for x in range(-1000, 1001) if 3 * x + 2 == 2 * x - 4][0]"
+    assert result_lines(task(question, "-6"), "search") == [search]
+    assert result_program(task(question, "-6"), "-5", "search") == f"print({search} + 1)"
+    for answer in ("2.5", "5000", "seven"):
+        assert result_lines(task(question, answer), "search")[-1] == "-f(0) / (f(1) - f(0))"
+    # the form concerns equations only
+    assert result_lines(task("Calculate 0 - 4.", "-4"), "search") == ["0 - 4"]
