@@ -665,6 +665,9 @@ def warm_start(
     opponents: bool = typer.Option(True, help="games: the agent's seat plays the config's "
                                    "opponents mix (bots) as in training; --no-opponents: "
                                    "demonstrators in every seat"),
+    demonstrator: str = typer.Option(None, help="one of the env's demonstrators (default: "
+                                     "the first that fits each seat), e.g. tictactoe's "
+                                     "minimax_canonical"),
     epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
     learning_rate: float = SFT_LEARNING_RATE,
     batch_size: int = SFT_BATCH_SIZE,
@@ -680,7 +683,7 @@ def warm_start(
     name = agent or cfg.learner or cfg.agents[0].name
     try:
         cfg.agent(name)
-        examples = demonstrations(cfg, name, episodes, opponents=opponents)
+        examples = demonstrations(cfg, name, episodes, opponents=opponents, only=demonstrator)
     except KeyError:
         console.print(f"[bold red]warm-start[/]: --agent: no agent '{escape(name)}' "
                       f"({[a.name for a in cfg.agents]})")

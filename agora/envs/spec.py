@@ -65,9 +65,12 @@ class EnvSpec:
     # They are opponents in training ("environment.opponents") and evaluation ("eval.opponents").
     bots: dict[str, Callable[[], Any] | str] = field(default_factory=dict)
     # Who demonstrates it for warm starts (agora/train/warm_start.py): bot or context agent
-    # names (each seat takes the first that fits its role), or "task_answer" (the task's
-    # ground truth).
+    # names (each seat takes the first that fits its role, unless the warm start names one),
+    # or "task_answer" (the task's ground truth).
     demonstrators: tuple[str, ...] = ()
+    # Scripted players that only demonstrate, never opponents in training or evaluation
+    # (name -> class or "module:Class"), for ``demonstrators`` to name.
+    demonstrator_bots: dict[str, Callable[[], Any] | str] = field(default_factory=dict)
     # The whole table wins or loses together, with a running team score (reward.team_credit).
     cooperative: bool = False
     # Seats may be scripted context agents (``context:<name>``).
@@ -106,8 +109,8 @@ class EnvSpec:
         return self.roles(options) if self.roles is not None else None
 
     def bot(self, name: str) -> Any:
-        """A fresh scripted bot of this env."""
-        return load(self.bots[name])()
+        """A fresh scripted bot of this env (an opponent or a demonstrator-only bot)."""
+        return load({**self.bots, **self.demonstrator_bots}[name])()
 
     def load_scorer(self) -> Callable | None:
         return load(self.scorer) if self.scorer else None

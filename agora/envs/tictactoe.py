@@ -159,5 +159,6 @@ SPEC = EnvSpec(
     "tictactoe", seats=(2, 2), make=lambda seats: TicTacToe(),
     build=lambda section, payload: TicTacToe(observation=section.observation), images=True,
     bots={"random": "agora.agents.bots:RandomBot", "minimax": "agora.agents.bots:MinimaxBot"},
-    demonstrators=("minimax",),
+    demonstrators=("minimax", "minimax_canonical"),
+    demonstrator_bots={"minimax_canonical": "agora.agents.bots:CanonicalMinimaxBot"},
     evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))

@@ -49,6 +49,12 @@ class RoleConfig(_Strict):
     )
     lora_layers: list[int] | None = None
     sampling: SamplingConfig = Field(default_factory=lambda: _sampling(0.7, 128))
+    sft_epochs: float | None = Field(
+        None, gt=0.0, le=100.0, description="this role's SFT epochs in place of sft.epochs "
+        "(sft.max_steps still stops both): a critic that checks with a program must copy the "
+        "question's terms to the character, and its few hundred examples may need more passes "
+        "than the actor's; None = sft.epochs"
+    )
 
 
 class OracleConfig(_Strict):

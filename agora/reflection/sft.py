@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 from agora.algos.compute import resolve
 from agora.reflection.balance import balance_by_answer
-from agora.reflection.config import ROLES, ReflectionConfig
+from agora.reflection.config import ROLES, ReflectionConfig, TrainStageConfig
 from agora.reflection.oracle import ORACLE_FILE
 from agora.reflection.program_critic import critic_completion
 from agora.reflection.prompts import CriticCheck, actor_messages, critic_messages, refine_messages
@@ -127,6 +127,12 @@ def train_sft(cfg: ReflectionConfig, log: Callable[[str], None] = print) -> dict
     return report
 
 
+def role_sft_stage(cfg: ReflectionConfig, role: str) -> TrainStageConfig:
+    """``cfg.sft`` with the role's own ``sft_epochs`` where it sets them."""
+    epochs = cfg.role(role).sft_epochs
+    return cfg.sft if epochs is None else cfg.sft.model_copy(update={"epochs": epochs})
+
+
 def _train_role(cfg: ReflectionConfig, role: str, examples: list[SFTExample],
                 log: Callable[[str], None]) -> dict:
     from datasets import Dataset
@@ -136,13 +142,14 @@ def _train_role(cfg: ReflectionConfig, role: str, examples: list[SFTExample],
     kinds = {k: sum(e.kind == k for e in examples) for k in dict.fromkeys(e.kind for e in examples)}
     log(f"sft {role}: {len(examples)} examples {kinds}")
     placement = resolve(cfg.trainer)
+    stage = role_sft_stage(cfg, role)
     model, tokenizer = load_base(resolve_model(cfg.policy.model), placement)
     data = Dataset.from_list([{"prompt": e.prompt, "completion": e.completion} for e in examples])
     history: list[dict] = []
     started = time.monotonic()
     tracked = trl_tracking(cfg.tracking, cfg.run_dir / "tensorboard" / f"sft-{role}")
     with scratch_dir() as scratch, torch_threads(cfg.sft.threads), tracked as report_to:
-        args = SFTConfig(**trainer_args(cfg.sft, scratch, cfg.seed, placement, report_to),
+        args = SFTConfig(**trainer_args(stage, scratch, cfg.seed, placement, report_to),
                          completion_only_loss=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=data,
                              processing_class=tokenizer, peft_config=lora_config(cfg.role(role)),
@@ -151,7 +158,8 @@ def _train_role(cfg: ReflectionConfig, role: str, examples: list[SFTExample],
         result = trainer.train()
     seconds = time.monotonic() - started
     losses = [h["loss"] for h in history if "loss" in h]
-    summary = {"examples": len(examples), "kinds": kinds, "steps": result.global_step,
+    summary = {"examples": len(examples), "kinds": kinds, "epochs": stage.epochs,
+               "steps": result.global_step,
                "seconds": round(seconds, 1),
                "final_loss": losses[-1] if losses else result.training_loss}
     save_adapter(trainer.model, cfg.run_dir / "sft" / role,

@@ -51,6 +51,8 @@ def check_configs(experiments: list[Experiment]) -> None:
             warm_agent_index(exp)  # names a missing agent now, not after the SFT
         if exp.warm_start is not None and exp.warm_start.overrides:
             _check_sft_config(exp)
+        if exp.warm_start is not None and exp.warm_start.demonstrator is not None:
+            _check_demonstrator(exp)
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
@@ -93,6 +95,17 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
     ]
 
 
+def _check_demonstrator(exp: Experiment) -> None:
+    """The warm start's demonstrator is one its env has."""
+    ws = exp.warm_start
+    assert ws is not None and ws.demonstrator is not None
+    env = load_config(exp.config, list(exp.overrides)).environment
+    if ws.demonstrator not in env.spec.demonstrators:
+        raise ConfigError(f"experiment {exp.name}: warm_start.demonstrator: "
+                          f"'{ws.demonstrator}' is not one of {env.name}'s demonstrators "
+                          f"({list(env.spec.demonstrators)})")
+
+
 def _check_sft_config(exp: Experiment) -> None:
     """The SFT's own overrides make a valid config (which seats every trainable agent)."""
     ws = exp.warm_start
@@ -112,6 +125,7 @@ def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
         "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
         "--batch-size", str(ws.batch_size), *([] if ws.opponents else ["--no-opponents"]),
         *(["--agent", ws.agent] if ws.agent else []),
+        *(["--demonstrator", ws.demonstrator] if ws.demonstrator else []),
         *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)],
         product=adapter)
 

@@ -86,6 +86,8 @@ class WarmStart(BaseModel):
     batch_size: int = Field(8, ge=1)
     opponents: bool = Field(True, description="games: demonstrations against the config's "
                             "opponents mix (false: demonstrators in every seat)")
+    demonstrator: str | None = Field(None, description="one of the env's demonstrators "
+                                     "(default: the first that fits each seat)")
     # A team of several learners: whom the SFT trains (a pretrained teammate that cannot yet
     # write the answer format, say). The others start from their bases.
     agent: str | None = Field(None, description="the agent to warm-start (default: the "

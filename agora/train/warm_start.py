@@ -62,12 +62,14 @@ class TaskAnswerer:
         return f"Answer: {self.answer}"
 
 
-def demonstrator(spec: EnvSpec, role: str | None, payload: dict):  # -> a Bot / ContextAgent
-    """The first of the env's demonstrators that can play ``role`` (None: any seat)."""
-    for name in spec.demonstrators:
+def demonstrator(spec: EnvSpec, role: str | None, payload: dict,
+                 only: str | None = None):  # -> a Bot / ContextAgent
+    """The first of the env's demonstrators that can play ``role`` (None: any seat); ``only``:
+    that one of them (``agora warm-start --demonstrator``)."""
+    for name in spec.demonstrators if only is None else (only,):
         if name == TASK_ANSWER:
             return TaskAnswerer(str(payload["task"]["answer"]))
-        if name in spec.bots:
+        if name in spec.bots or name in spec.demonstrator_bots:
             return spec.bot(name)
         fit_env, fit_role = CONTEXT_AGENT_FITS.get(name, (None, None))
         if fit_env == spec.name and (fit_role is None or role is None or fit_role == role):
@@ -77,7 +79,7 @@ def demonstrator(spec: EnvSpec, role: str | None, payload: dict):  # -> a Bot / 
 
 
 def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
-                   opponents: bool = True) -> list[dict]:
+                   opponents: bool = True, only: str | None = None) -> list[dict]:
     """Prompt/completion examples of ``agent``'s seats in ``episodes`` demonstrator episodes
     (discussions: on the train split's tasks).
 
@@ -89,13 +91,17 @@ def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
     on its schedule with the episode index as its clock, so the agent is shown how to answer
     each partner strategy training switches through (a fair negotiator that accepts a
     conceder's late offer, not only one opening the same split against itself). Off:
-    demonstrators in every seat, always."""
+    demonstrators in every seat, always. ``only``: one of the env's demonstrators in every
+    demonstrator seat, instead of the first that fits each."""
     from agora.data import load_tasks
 
     section = cfg.environment
     if agent not in section.seats:
         raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
                          f"({section.seats})")
+    if only is not None and only not in section.spec.demonstrators:
+        raise ValueError(f"--demonstrator: '{only}' is not one of {section.name}'s "
+                         f"demonstrators ({list(section.spec.demonstrators)})")
     tasks = load_tasks(section.task, split="train") if section.task is not None else []
     mix = [(name, weight) for name, weight in section.opponents.items()
            if name in section.spec.bots] if opponents and section.spec.is_game else []
@@ -118,7 +124,7 @@ def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
         players = [make_bot(name.removeprefix("bot:")) if name.startswith("bot:")
                    else make_context_seat(cfg, name.removeprefix(CONTEXT_PREFIX), index)
                    if opponents and name.startswith(CONTEXT_PREFIX)
-                   else demonstrator(section.spec, role, payload)
+                   else demonstrator(section.spec, role, payload, only)
                    for name, role in zip(sat, section.seat_roles(), strict=True)]
         rng = random.Random(payload["seed"])
         for _ in range(turn_limit(env)):

@@ -14,6 +14,7 @@ Pair rules and metric definitions are unit-tested on hand-made records and trans
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -547,6 +548,8 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     assert "actor.lora_rank: 16 exceeds policy.max_lora_rank=8" in out
     out = reflect("eval", write_config(tmp_path / "c.yaml", eval={"turns": 0}), code=2)
     assert "eval.turns" in out
+    out = reflect("sft", write_config(tmp_path / "c1.yaml", critic={"sft_epochs": 0}), code=2)
+    assert "critic.sft_epochs" in out and "greater than 0" in out
     # more held-out problems asked than the test split generates: refused, not silently fewer
     out = reflect("eval", write_config(tmp_path / "c2.yaml", eval={"tasks": 4}), code=2)
     assert "eval.tasks: 4 held-out problems asked, but the test split generates 3" in out
@@ -728,6 +731,16 @@ def test_pipeline_end_to_end(tmp_path: Path, vllm_tiny, oracle_server: list[dict
     wrong_first = sum(not r.initial_correct for r in rows)
     critic_data = read_rows(run / "sft" / "critic_data.jsonl", SFTExample, "sft")
     assert len(critic_data) == wrong_first  # only the critique that led to a right answer
+    # (b1) a role's own SFT epochs: with no max_steps, the critic makes three passes over its
+    # examples and the actor the one of sft.epochs (batches of 4)
+    actor_data = read_rows(run / "sft" / "actor_data.jsonl", SFTExample, "sft")
+    reflect("sft", path, "--set", "sft.max_steps=null", "--set", "critic.sft_epochs=3")
+    sft_report = json.loads((run / "reports" / "sft.json").read_text())
+    assert sft_report["actor"]["steps"] == math.ceil(len(actor_data) / 4)
+    assert sft_report["critic"]["steps"] == 3 * math.ceil(len(critic_data) / 4)
+    assert sft_report["critic"]["epochs"] == 3.0 and sft_report["actor"]["epochs"] == 1.0
+    meta = json.loads((run / "sft" / "critic" / META_FILE).read_text())
+    assert meta["epochs"] == 3.0
 
     # (b2) dpo.data_from: sft: a second oracle round on the SFT actor's own answers, its
     # adapter served for the round and unloaded after; the pairs are then made of that round

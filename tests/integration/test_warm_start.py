@@ -123,6 +123,23 @@ def test_context_seats_play_their_schedule_in_demonstrations():
     assert len(alone) == 12 and all("PROPOSE:" in e["completion"][0]["content"] for e in alone)
 
 
+def test_a_named_demonstrator_plays_every_demonstrator_seat():
+    """--demonstrator minimax_canonical: one move per position (centre, corners, edges first
+    among minimax's best), so the same games whatever the episode's random stream; against
+    itself every game is the same draw."""
+    cfg = env_config("tictactoe")
+    canonical = demonstrations(cfg, "player", episodes=3, seed=3, only="minimax_canonical")
+    assert len(canonical) == 3 * 9
+    moves = [e["completion"][0]["content"] for e in canonical]
+    assert moves[:9] == moves[9:18] == moves[18:] and moves[0] == "[4]"
+    shuffled = demonstrations(cfg, "player", episodes=3, seed=3)  # minimax: random ties
+    assert len({tuple(e["completion"][0]["content"] for e in shuffled[i:i + 9])
+                for i in (0, 9, 18)}) > 1
+    with pytest.raises(ValueError, match="--demonstrator: 'random' is not one of tictactoe's "
+                                         "demonstrators"):
+        demonstrations(cfg, "player", episodes=1, only="random")
+
+
 def test_unknown_or_unseated_agent_is_refused():
     with pytest.raises(ValueError, match="--agent: 'nobody' sits in no seat"):
         demonstrations(env_config("tictactoe"), "nobody", episodes=1)
@@ -158,3 +175,6 @@ def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
     bad = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
                               "--agent", "ghost"])
     assert bad.exit_code == 2 and "no agent 'ghost'" in bad.output
+    bad = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
+                              "--demonstrator", "alphazero"])
+    assert bad.exit_code == 2 and "--demonstrator: 'alphazero'" in bad.output

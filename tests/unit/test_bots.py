@@ -6,9 +6,15 @@ import random
 
 import pytest
 
-from agora.agents.bots import MinimaxBot, RandomBot
-from agora.envs.registry import make_bot
-from agora.envs.tictactoe import TicTacToe
+from agora.agents.bots import (
+    CANONICAL_ORDER,
+    CanonicalMinimaxBot,
+    MinimaxBot,
+    RandomBot,
+    _minimax_value,
+)
+from agora.envs.registry import make_bot, spec
+from agora.envs.tictactoe import MARKS, TicTacToe
 
 
 def board_env(o_cells: list[int], x_cells: list[int]) -> TicTacToe:
@@ -140,3 +146,45 @@ def test_minimax_blocks_even_in_a_lost_position():
     """
     env = board_env([5, 8], [7])
     assert {MinimaxBot().act(env, random.Random(seed)) for seed in range(30)} == {"[2]"}
+
+
+def _best_cells(env: TicTacToe) -> set[int]:
+    mark, other = MARKS[env.current_seat], MARKS[1 - env.current_seat]
+    sign = 1 if mark == "X" else -1
+    board = tuple(env.board)
+    scores = {i: sign * _minimax_value(board[:i] + (mark,) + board[i + 1:], other)
+              for i in env.legal_cells()}
+    return {i for i, s in scores.items() if s == max(scores.values())}
+
+
+def test_canonical_minimax_plays_one_best_move_per_position_centre_first():
+    """The demonstrator-only minimax: the same move whatever the random stream, always one of
+    minimax's best, the first of them in centre-corners-edges order."""
+    bot = CanonicalMinimaxBot()
+    env = TicTacToe()
+    env.reset(0)
+    assert {bot.act(env, random.Random(seed)) for seed in range(20)} == {"[4]"}
+    positions = 0
+    for seed in range(60):  # positions a random opponent leads to, both seats
+        env, rng = TicTacToe(), random.Random(seed)
+        env.reset(seed)
+        while not env.done:
+            if env.current_seat == seed % 2:
+                best = _best_cells(env)
+                moves = {bot.act(env, random.Random(s)) for s in range(5)}
+                assert moves == {f"[{min(best, key=CANONICAL_ORDER.index)}]"}
+                positions += 1
+                env.step(moves.pop())
+            else:
+                env.step(RandomBot().act(env, rng))
+        assert env.outcome().result_for(seed % 2) in ("win", "draw")
+    assert positions > 150
+
+
+def test_canonical_minimax_demonstrates_but_is_never_an_opponent():
+    tictactoe = spec("tictactoe")
+    assert "minimax_canonical" in tictactoe.demonstrators
+    assert isinstance(tictactoe.bot("minimax_canonical"), CanonicalMinimaxBot)
+    assert "minimax_canonical" not in tictactoe.bots  # not trained or evaluated against
+    with pytest.raises(ValueError, match="unknown bot 'minimax_canonical'"):
+        make_bot("minimax_canonical")

@@ -101,6 +101,22 @@ def test_a_train_eval_experiment_warm_starts_its_learner(tmp_path):
     assert "init_adapter" not in " ".join(evaluate.args)  # eval reads the run's own adapters
 
 
+def test_a_warm_start_may_name_its_demonstrator_and_a_bad_one_is_refused_first(tmp_path):
+    tictactoe = str(ROOT / "configs/tictactoe_selfplay.yaml")
+    plan = load_plan(write_plan(tmp_path, experiment(
+        name="t", kind="demo", config=tictactoe, minutes=1,
+        warm_start={"episodes": 3, "demonstrator": "minimax_canonical"})))
+    check_configs(plan.experiments)
+    warm, _ = steps(plan.experiments[0], tmp_path / "runs")
+    assert warm.args[warm.args.index("--demonstrator") + 1] == "minimax_canonical"
+    bad = load_plan(write_plan(tmp_path, experiment(
+        name="t", kind="demo", config=tictactoe, minutes=1,
+        warm_start={"episodes": 3, "demonstrator": "random"})))
+    with pytest.raises(ConfigError, match="experiment t: warm_start.demonstrator: 'random' is "
+                                          "not one of tictactoe's demonstrators"):
+        check_configs(bad.experiments)
+
+
 def test_a_compare_warm_starts_its_learner_before_both_arms(tmp_path):
     research = str(ROOT / "configs/research.yaml")
     plan = load_plan(write_plan(tmp_path, experiment(
