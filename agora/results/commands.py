@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agora.config.base import ConfigError
+from agora.config.environment import EnvironmentConfig
 from agora.config.run import load_config
 from agora.reflection.config import load_reflection_config
 from agora.results.plan import Experiment
@@ -44,7 +45,7 @@ def check_configs(experiments: list[Experiment]) -> None:
     for exp in experiments:
         load = load_reflection_config if exp.kind == "reflect" else load_config
         try:
-            load(exp.config, list(exp.overrides))
+            cfg = load(exp.config, list(exp.overrides))
         except ConfigError as err:
             raise ConfigError(f"experiment {exp.name}: {err}") from None
         if exp.warm_agent is not None:
@@ -52,7 +53,7 @@ def check_configs(experiments: list[Experiment]) -> None:
         if exp.warm_start is not None and exp.warm_start.overrides:
             _check_sft_config(exp)
         if exp.warm_start is not None and exp.warm_start.demonstrator is not None:
-            _check_demonstrator(exp)
+            _check_demonstrator(exp, cfg.environment)
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
@@ -95,11 +96,10 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
     ]
 
 
-def _check_demonstrator(exp: Experiment) -> None:
-    """The warm start's demonstrator is one its env has."""
+def _check_demonstrator(exp: Experiment, env: EnvironmentConfig) -> None:
+    """The warm start's demonstrator is one its env (the experiment's, loaded) has."""
     ws = exp.warm_start
     assert ws is not None and ws.demonstrator is not None
-    env = load_config(exp.config, list(exp.overrides)).environment
     if ws.demonstrator not in env.spec.demonstrators:
         raise ConfigError(f"experiment {exp.name}: warm_start.demonstrator: "
                           f"'{ws.demonstrator}' is not one of {env.name}'s demonstrators "
