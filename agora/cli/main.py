@@ -668,6 +668,10 @@ def warm_start(
     demonstrator: str = typer.Option(None, help="one of the env's demonstrators (default: "
                                      "the first that fits each seat), e.g. tictactoe's "
                                      "minimax_canonical"),
+    every_position: bool = typer.Option(False, help="a small game without chance "
+                                        "(tictactoe): one example per position the "
+                                        "demonstrator can meet, each other seat playing every "
+                                        "legal move, instead of --episodes games"),
     epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
     learning_rate: float = SFT_LEARNING_RATE,
     batch_size: int = SFT_BATCH_SIZE,
@@ -677,13 +681,21 @@ def warm_start(
 ) -> None:
     """SFT an agent on the env's demonstrators (a game's best bot, a context agent, a task's
     answer), for PPO to start from: --set agents.N.init_adapter=OUT (agora/train/warm_start.py)."""
-    from agora.train.warm_start import demonstrations, train_sft_adapter
+    from agora.train.warm_start import (
+        demonstrations,
+        every_position_demonstrations,
+        train_sft_adapter,
+    )
 
     cfg = _load(config, overrides)
     name = agent or cfg.learner or cfg.agents[0].name
     try:
         cfg.agent(name)
-        examples = demonstrations(cfg, name, episodes, opponents=opponents, only=demonstrator)
+        if every_position:
+            examples = every_position_demonstrations(cfg, name, only=demonstrator)
+        else:
+            examples = demonstrations(cfg, name, episodes, opponents=opponents,
+                                      only=demonstrator)
     except KeyError:
         console.print(f"[bold red]warm-start[/]: --agent: no agent '{escape(name)}' "
                       f"({[a.name for a in cfg.agents]})")
@@ -691,8 +703,8 @@ def warm_start(
     except ValueError as err:
         console.print(f"[bold red]warm-start[/]: {escape(str(err))}")
         raise typer.Exit(2) from None
-    console.print(f"[cyan]>[/] {len(examples)} demonstrated turns of {name} from {episodes} "
-                  "episodes")
+    source = "every position" if every_position else f"{episodes} episodes"
+    console.print(f"[cyan]>[/] {len(examples)} demonstrated turns of {name} from {source}")
     stage = _sft_stage(epochs, learning_rate, batch_size, max_steps, threads)
     summary = train_sft_adapter(cfg, name, examples, out, stage, "warm start",
                                 log=lambda line: console.print(escape(line)))

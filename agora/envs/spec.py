@@ -71,6 +71,10 @@ class EnvSpec:
     # Scripted players that only demonstrate, never opponents in training or evaluation
     # (name -> class or "module:Class"), for ``demonstrators`` to name.
     demonstrator_bots: dict[str, Callable[[], Any] | str] = field(default_factory=dict)
+    # Its game tree is small and has no chance in it (Tic-Tac-Toe: the demonstrator meets at
+    # most a few hundred positions): a warm start may demonstrate every position instead of
+    # sampling games (``agora warm-start --every-position``).
+    enumerable: bool = False
     # The whole table wins or loses together, with a running team score (reward.team_credit).
     cooperative: bool = False
     # Seats may be scripted context agents (``context:<name>``).

@@ -161,4 +161,4 @@ SPEC = EnvSpec(
     bots={"random": "agora.agents.bots:RandomBot", "minimax": "agora.agents.bots:MinimaxBot"},
     demonstrators=("minimax", "minimax_canonical"),
     demonstrator_bots={"minimax_canonical": "agora.agents.bots:CanonicalMinimaxBot"},
-    evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))
+    enumerable=True, evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))

@@ -50,10 +50,15 @@ def check_configs(experiments: list[Experiment]) -> None:
             raise ConfigError(f"experiment {exp.name}: {err}") from None
         if exp.warm_agent is not None:
             warm_agent_index(exp)  # names a missing agent now, not after the SFT
-        if exp.warm_start is not None and exp.warm_start.overrides:
+        ws = exp.warm_start
+        if ws is not None and ws.overrides:
             _check_sft_config(exp)
-        if exp.warm_start is not None and exp.warm_start.demonstrator is not None:
+        if ws is not None and ws.demonstrator is not None:
             _check_demonstrator(exp, cfg.environment)
+        if ws is not None and ws.every_position and not cfg.environment.spec.enumerable:
+            raise ConfigError(f"experiment {exp.name}: warm_start.every_position: "
+                              f"{cfg.environment.name} is not a small game without chance "
+                              "(EnvSpec.enumerable)")
 
 
 def steps(exp: Experiment, runs: Path) -> list[Step]:
@@ -121,7 +126,8 @@ def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
     assert ws is not None
     sets = [*sets, *ws.overrides]  # the SFT's own, last: they win over the experiment's
     return Step("warm start", [
-        "warm-start", str(exp.config), "--out", str(adapter), "--episodes", str(ws.episodes),
+        "warm-start", str(exp.config), "--out", str(adapter),
+        *(["--every-position"] if ws.every_position else ["--episodes", str(ws.episodes)]),
         "--epochs", f"{ws.epochs:g}", "--learning-rate", f"{ws.learning_rate:g}",
         "--batch-size", str(ws.batch_size), *([] if ws.opponents else ["--no-opponents"]),
         *(["--agent", ws.agent] if ws.agent else []),

@@ -88,6 +88,9 @@ class WarmStart(BaseModel):
                             "opponents mix (false: demonstrators in every seat)")
     demonstrator: str | None = Field(None, description="one of the env's demonstrators "
                                      "(default: the first that fits each seat)")
+    every_position: bool = Field(False, description="a small game without chance: every "
+                                 "position the demonstrator can meet, once, instead of "
+                                 "`episodes` games")
     # A team of several learners: whom the SFT trains (a pretrained teammate that cannot yet
     # write the answer format, say). The others start from their bases.
     agent: str | None = Field(None, description="the agent to warm-start (default: the "

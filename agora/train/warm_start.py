@@ -17,6 +17,8 @@ model can), nor held-out data (tasks come from the train split; evaluation uses 
 
 from __future__ import annotations
 
+import copy
+import json
 import random
 import time
 from collections.abc import Callable
@@ -137,6 +139,75 @@ def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
                 examples.append({"prompt": messages,
                                  "completion": [{"role": "assistant", "content": text}]})
             env.step(text)
+    return examples
+
+
+# Far above Tic-Tac-Toe's 335 (68 positions as the first player, 267 as the second, for the
+# canonical minimax); a bound so that a game marked enumerable by mistake fails fast, not after
+# hours of search.
+MAX_POSITIONS = 20_000
+
+
+def every_position_demonstrations(cfg: RunConfig, agent: str, seed: int = 0,
+                                  only: str | None = None,
+                                  max_positions: int = MAX_POSITIONS) -> list[dict]:
+    """One example per distinct position the demonstrator can meet in ``agent``'s seats, each
+    other seat playing every legal move in turn: the demonstrator's whole policy, each
+    position once.
+
+    Why not sampled games: a deterministic demonstrator (minimax_canonical) meets few
+    positions per game, so 200 games showed 183 of its 335 Tic-Tac-Toe positions and the
+    imitation lost a quarter of its games to the random bot, whose replies led where it had
+    never been shown a move; and games repeat the opening positions in every episode. Only
+    for games whose spec says the tree is small and has no chance (``EnvSpec.enumerable``).
+    """
+    section = cfg.environment
+    spec = section.spec
+    if not spec.enumerable:
+        raise ValueError(f"--every-position: environment.name '{section.name}' is not a small "
+                         "game without chance (EnvSpec.enumerable); sample games with "
+                         "--episodes instead")
+    if agent not in section.seats:
+        raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
+                         f"({section.seats})")
+    if only is not None and only not in spec.demonstrators:
+        raise ValueError(f"--demonstrator: '{only}' is not one of {section.name}'s "
+                         f"demonstrators ({list(spec.demonstrators)})")
+    payload = {"seed": seed}
+    roles = section.seat_roles()
+    examples: list[dict] = []
+    seen: set[str] = set()
+    for learner_seat in (i for i, name in enumerate(section.seats) if name == agent):
+        player = demonstrator(spec, roles[learner_seat], payload, only)
+        rng = random.Random(seed)
+        root = build_env(cfg, payload)
+        root.reset(seed)
+        stack = [root]
+        while stack:  # depth first; each env on the stack is a position to expand
+            env = stack.pop()
+            if env.done:
+                continue
+            seat = env.current_seat
+            if seat != learner_seat:
+                for action in env.legal_actions():
+                    child = copy.deepcopy(env)
+                    child.step(action)
+                    stack.append(child)
+                continue
+            messages = env.observation(seat)
+            key = json.dumps(messages, sort_keys=True)
+            if key in seen:  # the same board reached by another order of moves
+                continue
+            seen.add(key)
+            if len(seen) > max_positions:
+                raise ValueError(f"--every-position: {section.name} has more than "
+                                 f"{max_positions} positions for the demonstrator; sample "
+                                 "games with --episodes instead")
+            text = player.act(env, rng)
+            examples.append({"prompt": messages,
+                             "completion": [{"role": "assistant", "content": text}]})
+            env.step(text)
+            stack.append(env)
     return examples
 
 

@@ -17,7 +17,11 @@ from agora.envs.registry import BUILTIN, make_bot
 from agora.envs.tictactoe import TicTacToe
 from agora.reflection.config import TrainStageConfig
 from agora.stack.preflight import model_problems
-from agora.train.warm_start import demonstrations, train_sft_adapter
+from agora.train.warm_start import (
+    demonstrations,
+    every_position_demonstrations,
+    train_sft_adapter,
+)
 from tests.stack_helpers import completion_logprob, tiny_config
 
 runner = CliRunner()
@@ -140,6 +144,37 @@ def test_a_named_demonstrator_plays_every_demonstrator_seat():
         demonstrations(cfg, "player", episodes=1, only="random")
 
 
+def test_every_position_shows_each_position_the_demonstrator_can_meet_once():
+    """--every-position: the canonical minimax's whole policy, each position once (68 as the
+    first player, 267 as the second), so no game of it, whatever the opponent plays, reaches
+    a position the SFT was not shown, and there the move shown is the one it plays."""
+    cfg = env_config("tictactoe")
+    examples = every_position_demonstrations(cfg, "player", only="minimax_canonical")
+    shown = {json.dumps(e["prompt"]): e["completion"][0]["content"] for e in examples}
+    assert len(examples) == len(shown) == 68 + 267
+    canonical = cfg.environment.spec.bot("minimax_canonical")
+    rng = random.Random(0)
+    for game in range(60):
+        env, seat_of_canonical = TicTacToe(), game % 2
+        env.reset(game)
+        while not env.done:
+            seat = env.current_seat
+            if seat == seat_of_canonical:
+                move = canonical.act(env, rng)
+                assert shown[json.dumps(env.observation(seat))] == move
+            else:
+                move = make_bot("random").act(env, rng)
+            env.step(move)
+    # The default demonstrator (minimax, random ties) shows one of its best moves per position.
+    tied = every_position_demonstrations(cfg, "player")
+    assert len({json.dumps(e["prompt"]) for e in tied}) == len(tied) > len(examples)
+    with pytest.raises(ValueError, match="--every-position: environment.name 'hanabi' is not "
+                                         "a small game without chance"):
+        every_position_demonstrations(env_config("hanabi"), "player")
+    with pytest.raises(ValueError, match="--agent: 'nobody' sits in no seat"):
+        every_position_demonstrations(cfg, "nobody")
+
+
 def test_unknown_or_unseated_agent_is_refused():
     with pytest.raises(ValueError, match="--agent: 'nobody' sits in no seat"):
         demonstrations(env_config("tictactoe"), "nobody", episodes=1)
@@ -178,3 +213,13 @@ def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
     bad = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
                               "--demonstrator", "alphazero"])
     assert bad.exit_code == 2 and "--demonstrator: 'alphazero'" in bad.output
+    every = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(tmp_path / "every"),
+                                "--every-position", "--demonstrator", "minimax_canonical",
+                                "--max-steps", "1", "--batch-size", "2"])
+    assert every.exit_code == 0, every.output
+    assert "335 demonstrated turns of player from every position" in every.output
+    hanabi_path = tmp_path / "hanabi.yaml"
+    hanabi_path.write_text(json.dumps(env_config("hanabi").model_dump(mode="json")))
+    bad = runner.invoke(app, ["warm-start", str(hanabi_path), "--out", str(out),
+                              "--every-position"])
+    assert bad.exit_code == 2 and "--every-position: environment.name 'hanabi'" in bad.output

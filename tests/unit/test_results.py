@@ -117,6 +117,22 @@ def test_a_warm_start_may_name_its_demonstrator_and_a_bad_one_is_refused_first(t
         check_configs(bad.experiments)
 
 
+def test_a_warm_start_of_every_position_is_passed_on_and_refused_where_the_game_is_big(
+        tmp_path):
+    plan = load_plan(write_plan(tmp_path, experiment(
+        name="t", kind="demo", config=str(ROOT / "configs/tictactoe_selfplay.yaml"), minutes=1,
+        warm_start={"every_position": True, "demonstrator": "minimax_canonical"})))
+    check_configs(plan.experiments)
+    warm, _ = steps(plan.experiments[0], tmp_path / "runs")
+    assert "--every-position" in warm.args
+    bad = load_plan(write_plan(tmp_path, experiment(
+        name="h", kind="demo", config=str(ROOT / "configs/hanabi_selfplay.yaml"), minutes=1,
+        warm_start={"every_position": True})))
+    with pytest.raises(ConfigError, match="experiment h: warm_start.every_position: hanabi is "
+                                          "not a small game without chance"):
+        check_configs(bad.experiments)
+
+
 def test_a_compare_warm_starts_its_learner_before_both_arms(tmp_path):
     research = str(ROOT / "configs/research.yaml")
     plan = load_plan(write_plan(tmp_path, experiment(
