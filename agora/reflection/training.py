@@ -86,8 +86,11 @@ def log_callback(log: Callable[[str], None], history: list[dict], label: str):
             entry = {"step": state.global_step, **dict(logs or {})}
             history.append(entry)
             if "loss" in entry:
+                # TRL's SFT logs the share of completion tokens that are the model's top-1
+                # (the demonstration's brackets and end token too, not only its move).
                 extra = "".join(f"  {k.split('/')[-1]} {entry[k]:.3f}" for k in
-                                ("rewards/accuracies", "rewards/margins") if k in entry)
+                                ("mean_token_accuracy", "rewards/accuracies",
+                                 "rewards/margins") if k in entry)
                 log(f"  {label} step {state.global_step}/{state.max_steps}  "
                     f"loss {entry['loss']:.4f}{extra}")
 

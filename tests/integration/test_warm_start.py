@@ -189,6 +189,7 @@ def test_a_warm_started_learner_starts_from_the_demonstrators_moves(tiny_model, 
     summary = train_sft_adapter(cfg, "player", examples, out, stage, "warm start",
                                 log=lambda _: None)
     assert summary["steps"] == 30 and summary["final_loss"] < summary["first_loss"]
+    assert 0 <= summary["first_token_accuracy"] < summary["final_token_accuracy"] <= 1
     warm_cfg = env_config("tictactoe", init_adapter=str(out))
     assert model_problems(warm_cfg) == []  # the adapter fits the agent's LoRA shape
     fresh = PPOLearner(tiny_model, cfg.agents[0], cfg.ppo, compute=cfg.trainer)
