@@ -158,8 +158,10 @@ def every_position_demonstrations(cfg: RunConfig, agent: str, seed: int = 0,
     Why not sampled games: a deterministic demonstrator (minimax_canonical) meets few
     positions per game, so 200 games showed 183 of its 335 Tic-Tac-Toe positions and the
     imitation lost a quarter of its games to the random bot, whose replies led where it had
-    never been shown a move; and games repeat the opening positions in every episode. Only
-    for games whose spec says the tree is small and has no chance (``EnvSpec.enumerable``).
+    never been shown a move. Measured (tictactoe-15-warm-every, docs/recipes/tictactoe.md):
+    coverage alone did not help; 6 epochs over the 335 fitted about half their moves, and
+    games, which repeat minimax's line, drew it more often. Only for games whose spec says
+    the tree is small and has no chance (``EnvSpec.enumerable``).
     """
     section = cfg.environment
     spec = section.spec
