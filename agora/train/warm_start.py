@@ -27,6 +27,7 @@ from pathlib import Path
 from agora.agents.context import CONTEXT_AGENT_FITS, make_context_agent
 from agora.algos.compute import resolve
 from agora.config.agents import CONTEXT_PREFIX
+from agora.config.environment import EnvironmentConfig
 from agora.config.run import RunConfig
 from agora.envs.base import TurnBasedEnv, turn_limit
 from agora.envs.registry import make_bot
@@ -80,6 +81,18 @@ def demonstrator(spec: EnvSpec, role: str | None, payload: dict,
                      f"{role or 'any'} seat (EnvSpec.demonstrators: {list(spec.demonstrators)})")
 
 
+def _check_agent_and_demonstrator(section: EnvironmentConfig, agent: str,
+                                  only: str | None) -> None:
+    """The agent sits in a seat of ``section`` (the config's environment), and ``only``, if
+    given, is one of its env's demonstrators."""
+    if agent not in section.seats:
+        raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
+                         f"({section.seats})")
+    if only is not None and only not in section.spec.demonstrators:
+        raise ValueError(f"--demonstrator: '{only}' is not one of {section.name}'s "
+                         f"demonstrators ({list(section.spec.demonstrators)})")
+
+
 def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
                    opponents: bool = True, only: str | None = None) -> list[dict]:
     """Prompt/completion examples of ``agent``'s seats in ``episodes`` demonstrator episodes
@@ -98,12 +111,7 @@ def demonstrations(cfg: RunConfig, agent: str, episodes: int, seed: int = 0,
     from agora.data import load_tasks
 
     section = cfg.environment
-    if agent not in section.seats:
-        raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
-                         f"({section.seats})")
-    if only is not None and only not in section.spec.demonstrators:
-        raise ValueError(f"--demonstrator: '{only}' is not one of {section.name}'s "
-                         f"demonstrators ({list(section.spec.demonstrators)})")
+    _check_agent_and_demonstrator(section, agent, only)
     tasks = load_tasks(section.task, split="train") if section.task is not None else []
     mix = [(name, weight) for name, weight in section.opponents.items()
            if name in section.spec.bots] if opponents and section.spec.is_game else []
@@ -169,12 +177,7 @@ def every_position_demonstrations(cfg: RunConfig, agent: str, seed: int = 0,
         raise ValueError(f"--every-position: environment.name '{section.name}' is not a small "
                          "game without chance (EnvSpec.enumerable); sample games with "
                          "--episodes instead")
-    if agent not in section.seats:
-        raise ValueError(f"--agent: '{agent}' sits in no seat of environment.seats "
-                         f"({section.seats})")
-    if only is not None and only not in spec.demonstrators:
-        raise ValueError(f"--demonstrator: '{only}' is not one of {section.name}'s "
-                         f"demonstrators ({list(spec.demonstrators)})")
+    _check_agent_and_demonstrator(section, agent, only)
     payload = {"seed": seed}
     roles = section.seat_roles()
     examples: list[dict] = []

@@ -165,7 +165,7 @@ def test_every_position_shows_each_position_the_demonstrator_can_meet_once():
             else:
                 move = make_bot("random").act(env, rng)
             env.step(move)
-    # The default demonstrator (minimax, random ties) shows one of its best moves per position.
+    # The default demonstrator (minimax, random ties) meets more positions, each shown once.
     tied = every_position_demonstrations(cfg, "player")
     assert len({json.dumps(e["prompt"]) for e in tied}) == len(tied) > len(examples)
     with pytest.raises(ValueError, match="--every-position: environment.name 'hanabi' is not "
