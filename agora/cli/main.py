@@ -523,6 +523,10 @@ def eval_(
     agent: str = typer.Option(None, help="whose adapter a bare checkpoint folder is"),
     output: Path = typer.Option(None, help="where to write (default: <run>/eval)"),
     seed: int = typer.Option(0, help="first episode seed"),
+    temperature: float = typer.Option(None, min=0.0, max=5.0,
+                                      help="every evaluated agent's sampling temperature, 0 = "
+                                           "greedy (default: the config's eval.temperature, "
+                                           "else the agents' own)"),
     policy_url: str = typer.Option(None, help="use this running vLLM instead of starting one"),
     judge_url: str = typer.Option(None, help="use this running judge service"),
     reward_url: str = typer.Option(None, help="use this running reward service"),
@@ -543,7 +547,7 @@ def eval_(
     from agora.evaluation.context import terminal_progress
 
     options = EvalOptions(games=games, k=k, snapshots=snapshots, tasks=tasks, seed=seed,
-                          output=output, port_base=port_base,
+                          temperature=temperature, output=output, port_base=port_base,
                           given=GivenUrls(policy_url, judge_url, reward_url))
     # SIGTERM, like Ctrl-C, must stop the servers it started (restored after: tests call this
     # in-process).

@@ -86,4 +86,10 @@ class EvalConfig(StrictModel):
     # Scripted bots of the game (GAME_BOTS), or "self": the agent in every seat (for
     # cooperative games, e.g. Hanabi's self-play score).
     opponents: list[str] = Field(default_factory=lambda: ["random", "minimax"])
+    # Training samples at the agents' own temperature (PPO needs the spread); a user who queries
+    # the trained agent may decode greedily instead, and the two readings differ most where the
+    # policy is unsure (a Tic-Tac-Toe warm start that puts half its mass on the right move).
+    temperature: float | None = Field(
+        None, ge=0.0, le=5.0, description="sampling temperature of every evaluated agent "
+        "(0 = greedy); None = each agent's own sampling.temperature, as in training")
 

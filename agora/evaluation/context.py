@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from agora.config.agents import SamplingConfig
 from agora.config.run import RunConfig
 from agora.envs.base import TurnBasedEnv
 from agora.rollout.records import EpisodeRecord
@@ -36,6 +37,14 @@ def no_progress(_name: str, _total: int) -> Advance:
     return lambda: None
 
 
+def evaluation_sampling(cfg: RunConfig, agent: str) -> SamplingConfig:
+    """``agent``'s sampling settings with the evaluation's temperature, when it has one."""
+    sampling = cfg.agent(agent).sampling
+    if cfg.eval.temperature is None:
+        return sampling
+    return sampling.model_copy(update={"temperature": cfg.eval.temperature})
+
+
 @dataclass
 class EvalContext:
     cfg: RunConfig  # pointed at the evaluation's servers (serving.EvalServices.start)
@@ -48,11 +57,12 @@ class EvalContext:
         self.gate = asyncio.Semaphore(self.concurrency)
 
     def client(self, agent: str, served: str) -> PolicyClient:
-        """Ask ``served`` (an adapter name, or ``base``) with ``agent``'s sampling settings."""
+        """Ask ``served`` (an adapter name, or ``base``) with ``agent``'s sampling settings,
+        at ``eval.temperature`` when the config sets one."""
         agent_cfg = self.cfg.agent(agent)
         tokenizer = load_tokenizer(resolve_model(self.cfg.models[agent_cfg.base].model))
-        return PolicyClient(self.cfg.policy_url(agent), served, tokenizer, agent_cfg.sampling,
-                            http=self.http)
+        return PolicyClient(self.cfg.policy_url(agent), served, tokenizer,
+                            evaluation_sampling(self.cfg, agent), http=self.http)
 
     def llm_player(self, agent: str, served: str) -> LLMPlayer:
         return LLMPlayer(agent, self.client(agent, served), prefill=self.cfg.environment.prefill)

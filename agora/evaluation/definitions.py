@@ -19,7 +19,8 @@ DEFINITIONS: dict[str, str] = {
         "v0..vN, `--snapshots K` evenly spaced, first and last included; a checkpoint and the "
         "base model) and every scripted bot of the game. Every pair plays `--games N` games; in "
         "game g the pair's first player moves first when g is even (seats alternate). All moves "
-        "are sampled with the agent's training sampling settings. *win / draw / loss* = share of "
+        "are sampled with the agent's training sampling settings (at `--temperature` / "
+        "`eval.temperature` when one is set: 0 = greedy). *win / draw / loss* = share of "
         "the N games from the row player's side; an illegal or unparsable move loses the game at "
         "once and also counts as a *forfeit*. *legal moves* = share of the row player's moves "
         "that were legal. *score* = (wins + draws / 2) / games."
@@ -49,7 +50,8 @@ DEFINITIONS: dict[str, str] = {
     ),
     "discussion": (
         "**Discussion (pass@k, maj@k).** Every held-out task (the config's test split, "
-        "`--tasks` of them) is discussed k = `--k` times with the agents' sampling settings. "
+        "`--tasks` of them) is discussed k = `--k` times with the agents' sampling settings "
+        "(temperature: `--temperature` / `eval.temperature` when set). "
         "Each answer is checked by the reward service's verifiers (math-verify / reasoning-gym's "
         "scorer, or the NLI label); its final answer (the extracted answer or label) is kept. "
         "Per round (*turn 1* = every agent answering alone; *last turn* = after the last round "

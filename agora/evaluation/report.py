@@ -134,8 +134,13 @@ def render_markdown(report: dict) -> str:
     target = report["target"]
     lines = [f"# Evaluation: {target['source']}", "",
              f"{target['kind']} of `{target['config_name']}` (env `{target['env']}`); "
-             f"{report['seconds']:.0f} s; {report['created']}.", "",
-             "### Metric definitions", "", INTERVALS, ""]
+             f"{report['seconds']:.0f} s; {report['created']}.", ""]
+    temperature = report["options"].get("temperature")
+    if temperature is not None:
+        lines += [f"Every evaluated agent sampled at temperature {temperature:g}"
+                  + (" (greedy)" if temperature == 0 else "")
+                  + ", not its training temperature.", ""]
+    lines += ["### Metric definitions", "", INTERVALS, ""]
     lines += [DEFINITIONS[key] + "\n" for key in report["defined"]]
     for name, section in report["sections"].items():
         if name == "games" and section["kind"] == "round_robin":

@@ -42,6 +42,7 @@ class EvalOptions:
     snapshots: int = 4  # versions of the learner in a game's round robin
     tasks: int | None = None  # held-out discussion tasks
     seed: int = 0
+    temperature: float | None = None  # every evaluated agent's; None: eval.temperature
     output: Path | None = None
     concurrency: int = 16
     port_base: int | None = None  # ports of the servers it starts (None: any free ones)
@@ -187,6 +188,8 @@ def run_evaluation(target: EvalTarget, options: EvalOptions,
     sections: dict[str, dict] = {}
     with services:
         eval_cfg = services.start(on_phase)
+        if options.temperature is not None:
+            eval_cfg.eval = eval_cfg.eval.model_copy(update={"temperature": options.temperature})
         served = {}
         for version in needed:
             served[version] = services.load(version)
@@ -210,7 +213,8 @@ def run_evaluation(target: EvalTarget, options: EvalOptions,
                    "config_name": cfg.name, "env": env,
                    "versions": {a: [v.label for v in vs] for a, vs in target.versions.items()}},
         "options": {"games": count, "k": options.k, "snapshots": options.snapshots,
-                    "tasks": options.tasks or cfg.eval.tasks, "seed": options.seed},
+                    "tasks": options.tasks or cfg.eval.tasks, "seed": options.seed,
+                    "temperature": eval_cfg.eval.temperature},
         "defined": [*defined, "curves"],
         "services": {"started": services.history,
                      "used": {k: v for k, v in vars(options.given).items() if v}},

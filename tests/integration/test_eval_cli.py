@@ -31,6 +31,7 @@ from agora.cli import main as cli
 from agora.cli.main import app
 from agora.data import load_tasks
 from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID
+from agora.evaluation.context import evaluation_sampling
 from agora.evaluation.discussion import Answer, round_metrics
 from agora.evaluation.ratings import Game, trueskill_table
 from agora.evaluation.runner import spaced
@@ -238,6 +239,17 @@ def test_snapshots_are_evenly_spaced_with_first_and_last():
 
 # --------------------------------------------------------------------------- bad input
 
+def test_evaluation_temperature_replaces_only_the_agents_temperature():
+    cfg = tiny_config()
+    agent = cfg.agents[0].name
+    assert evaluation_sampling(cfg, agent) == cfg.agents[0].sampling  # None: as in training
+    greedy = tiny_config(**{"eval": {"temperature": 0.0}})
+    sampling = evaluation_sampling(greedy, agent)
+    assert sampling.temperature == 0.0 and greedy.agents[0].sampling.temperature != 0.0
+    assert sampling.model_dump(exclude={"temperature"}) == \
+        greedy.agents[0].sampling.model_dump(exclude={"temperature"})
+
+
 def test_bad_paths_and_runs_are_clear_cli_errors(tmp_path, learner):
     code, out = agora_eval(tmp_path / "nope")
     assert code == 2 and "nope: no such file or folder" in out
@@ -270,9 +282,12 @@ def test_eval_tictactoe_run_round_robin_ratings_and_curves(tmp_path, vllm_tiny, 
     url, _ = vllm_tiny
     cfg = tiny_config(name="ttt")
     run_dir = make_run(tmp_path, cfg, learner, versions=4)
-    code, out = agora_eval(run_dir, "--games", 4, "--snapshots", 3, "--policy-url", url)
+    code, out = agora_eval(run_dir, "--games", 4, "--snapshots", 3, "--policy-url", url,
+                           "--temperature", 0)
     assert code == 0, out
     report, md = read_eval(run_dir / "eval")
+    assert report["options"]["temperature"] == 0.0
+    assert "sampled at temperature 0 (greedy), not its training temperature" in md
     games = report["sections"]["games"]
     players = ["player@v0", "player@v2", "player@v3", "random", "minimax"]  # 3 of 4, spaced
     assert games["players"] == players and games["evaluated"] == "player@v3"
