@@ -340,13 +340,15 @@ def demo(
         admin = PolicyAdmin(cfg.policy_url(agent))
         baseline = f"{agent}-v0"
         admin.load_adapter(baseline, str(adapter_dir(stack.run_dir, agent, 0)))
+        decoding = ("" if cfg.eval.temperature is None
+                    else f" at temperature {cfg.eval.temperature:g} (eval.temperature)")
         console.print(f"[cyan]>[/] evaluating {agent}-v0 and {agent} (latest) "
-                      f"over {games or cfg.eval.games} games per opponent")
+                      f"over {games or cfg.eval.games} games per opponent{decoding}")
         rows = {}
         for label, adapter in (("before (v0)", baseline), ("after", agent)):
             results = evaluate(cfg, agent, adapter, games)
             rows[label] = {opp: r.as_dict() for opp, r in results.items()}
-        title = f"{cfg.environment.name}: before vs after training"
+        title = f"{cfg.environment.name}: before vs after training{decoding}"
         console.print(results_table(title, rows))
         (stack.run_dir / "eval.json").write_text(json.dumps(rows, indent=2))
         ask_gateway_for_move(stack, agent)

@@ -44,6 +44,7 @@ from agora.reflection.training import (
 )
 from agora.rollout.seating import build_env, make_context_seat, seat_names
 from agora.serving.model_folders import resolve_model
+from agora.train.imitation_fit import imitation_fit
 from agora.train.tracking import trl_tracking
 
 TASK_ANSWER = "task_answer"
@@ -242,6 +243,11 @@ def train_sft_adapter(cfg: RunConfig, agent_name: str, examples: list[dict], out
                              callbacks=[log_callback(log, history, label)])
         trainer.remove_callback(PrinterCallback)
         result = trainer.train()
+        fit = imitation_fit(trainer.model, tokenizer, examples, cfg.environment.prefill or "")
+    if fit["read"]:
+        log(f"  {label}: the demonstrated answer's mean probability "
+            f"{fit['mean_probability']:.2f}; greedy decoding writes it in "
+            f"{fit['greedy_match']:.1%} of {fit['read']} turns")
     losses = [h["loss"] for h in history if "loss" in h]
     accuracies = [h["mean_token_accuracy"] for h in history if "mean_token_accuracy" in h]
     summary = {"examples": len(examples), "steps": result.global_step,
@@ -251,7 +257,10 @@ def train_sft_adapter(cfg: RunConfig, agent_name: str, examples: list[dict], out
                # Read beside the loss: a loss of 0.19 per token was a coin flip on the move
                # itself (tictactoe-15-warm-every), the brackets being certain.
                "first_token_accuracy": accuracies[0] if accuracies else None,
-               "final_token_accuracy": accuracies[-1] if accuracies else None}
+               "final_token_accuracy": accuracies[-1] if accuracies else None,
+               # The tokens after the prefill alone (agora/train/imitation_fit.py): what
+               # sampling and greedy decoding play.
+               "imitation": fit}
     save_adapter(trainer.model, out, {"stage": label, "agent": agent.name,
                                       "base_model": model_name, **summary})
     return summary

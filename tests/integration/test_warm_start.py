@@ -9,6 +9,7 @@ import random
 import uuid
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from agora.algos.ppo import PPOLearner
@@ -16,7 +17,9 @@ from agora.cli.main import app
 from agora.envs.registry import BUILTIN, make_bot
 from agora.envs.tictactoe import TicTacToe
 from agora.reflection.config import TrainStageConfig
+from agora.serving.client import render_prompt
 from agora.stack.preflight import model_problems
+from agora.train.imitation_fit import answer_ids, imitation_fit, score_answers
 from agora.train.warm_start import (
     demonstrations,
     every_position_demonstrations,
@@ -196,6 +199,57 @@ def test_a_warm_started_learner_starts_from_the_demonstrators_moves(tiny_model, 
     warm = PPOLearner(tiny_model, warm_cfg.agents[0], warm_cfg.ppo, compute=warm_cfg.trainer)
     gained = [completion_logprob(warm, e) - completion_logprob(fresh, e) for e in examples[:6]]
     assert min(gained) > 0.5, gained  # nats per token: the demonstrated moves became likely
+    # The imitation read after the prefill: the SFT made the moves likelier than the base did,
+    # and "greedy match" is what greedy generation from the prefill actually writes.
+    fit = summary["imitation"]
+    assert fit["read"] == len(examples)
+    before = imitation_fit(fresh.model, fresh.tokenizer, examples, "[")
+    after = imitation_fit(warm.model, warm.tokenizer, examples, "[")
+    assert after["mean_logprob"] > before["mean_logprob"] + 1.0, (before, after)
+    assert after["mean_logprob"] == pytest.approx(fit["mean_logprob"], abs=0.05)
+
+
+def test_the_answer_read_is_the_demonstration_after_the_prefill(tiny_model):
+    from agora.serving.client import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model)
+    example = demonstrations(env_config("tictactoe"), "player", episodes=1)[0]
+    move = example["completion"][0]["content"]
+    context, answer = answer_ids(tokenizer, example, "[")
+    assert context == render_prompt(tokenizer, example["prompt"], "[")
+    assert context + answer == render_prompt(tokenizer, example["prompt"], move)
+    assert tokenizer.decode(answer) == move.removeprefix("[")
+    with pytest.raises(ValueError, match="no examples"):
+        imitation_fit(None, tokenizer, [])
+
+
+def test_greedy_match_counts_the_answers_greedy_generation_writes(tiny_model):
+    """An answer is matched when it is what greedy generation writes after the context: the
+    model's own continuations count, the same with any one token changed does not."""
+    from transformers import AutoModelForCausalLM
+
+    from agora.serving.client import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    own, changed = [], []
+    for example in demonstrations(env_config("tictactoe"), "player", episodes=1)[:3]:
+        context = render_prompt(tokenizer, example["prompt"], "[")
+        out = model.generate(input_ids=torch.tensor([context]), do_sample=False,
+                             max_new_tokens=3, min_new_tokens=3,
+                             pad_token_id=tokenizer.eos_token_id)[0, len(context):].tolist()
+        own.append((context, out))
+        for i in range(3):
+            other = list(out)
+            other[i] = (other[i] + 1) % len(tokenizer)
+            changed.append((context, other))
+    assert score_answers(model, own)["greedy_match"] == 1.0
+    assert score_answers(model, changed)["greedy_match"] == 0.0
+    both = score_answers(model, own + changed + [(own[0][0], [])])
+    assert both["read"] == 12 and both["greedy_match"] == pytest.approx(3 / 12)
+    assert score_answers(model, own)["mean_logprob"] > both["mean_logprob"]
+    demos = demonstrations(env_config("tictactoe"), "player", episodes=2)
+    assert imitation_fit(model, tokenizer, demos, "[", max_read=4)["read"] <= 4
 
 
 def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
