@@ -665,7 +665,10 @@ def support_sft(
 @app.command("warm-start")
 def warm_start(
     config: Path = typer.Argument(..., help="a run config"),
-    out: Path = typer.Option(..., help="where to write the adapter folder"),
+    out: Path = typer.Option(None, help="where to write the adapter folder"),
+    read: str = typer.Option(None, help="train nothing: read how well this adapter folder "
+                             "(or 'base') plays the demonstrations: the answer's mean "
+                             "probability and how often greedy decoding writes it"),
     agent: str = typer.Option(None, help="the agent to warm-start (default: the learner)"),
     episodes: int = typer.Option(200, min=1, help="demonstration episodes"),
     opponents: bool = typer.Option(True, help="games: the agent's seat plays the config's "
@@ -690,9 +693,19 @@ def warm_start(
     from agora.train.warm_start import (
         demonstrations,
         every_position_demonstrations,
+        read_imitation,
         train_sft_adapter,
     )
 
+    if (out is None) == (read is None):
+        console.print("[bold red]warm-start[/]: give --out (train an adapter there) or --read "
+                      "(read an adapter's imitation), one of them")
+        raise typer.Exit(2)
+    adapter = None if read in (None, "base") else Path(read)
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        console.print(f"[bold red]warm-start[/]: --read: {escape(read)} is not a LoRA adapter "
+                      "folder (no adapter_config.json) nor 'base'")
+        raise typer.Exit(2)
     cfg = _load(config, overrides)
     name = agent or cfg.learner or cfg.agents[0].name
     try:
@@ -711,6 +724,10 @@ def warm_start(
         raise typer.Exit(2) from None
     source = "every position" if every_position else f"{episodes} episodes"
     console.print(f"[cyan]>[/] {len(examples)} demonstrated turns of {name} from {source}")
+    if read is not None:
+        fit = read_imitation(cfg, name, examples, adapter)
+        console.print_json(json.dumps({"adapter": read, **fit}))
+        return
     stage = _sft_stage(epochs, learning_rate, batch_size, max_steps, threads)
     summary = train_sft_adapter(cfg, name, examples, out, stage, "warm start",
                                 log=lambda line: console.print(escape(line)))

@@ -264,3 +264,18 @@ def train_sft_adapter(cfg: RunConfig, agent_name: str, examples: list[dict], out
     save_adapter(trainer.model, out, {"stage": label, "agent": agent.name,
                                       "base_model": model_name, **summary})
     return summary
+
+
+def read_imitation(cfg: RunConfig, agent_name: str, examples: list[dict],
+                   adapter: Path | None) -> dict:
+    """How well ``adapter`` (None: the agent's base model) plays ``examples``, without training:
+    the same read as a warm start's summary, for any adapter (a warm start, a PPO version)."""
+    from peft import PeftModel
+
+    agent = cfg.agent(agent_name)
+    placement = resolve(cfg.trainer, agent.device)
+    model, tokenizer = load_base(resolve_model(cfg.models[agent.base].model), placement)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(adapter))
+    return imitation_fit(model, tokenizer, examples, cfg.environment.prefill or "")
+

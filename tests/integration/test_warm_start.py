@@ -262,6 +262,18 @@ def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
     assert "demonstrated turns of player" in result.output
     assert (out / "adapter_model.safetensors").is_file()
     assert "agents.0.init_adapter=" in result.output
+    for adapter in (str(out), "base"):  # read, not trained: the same 2 episodes' moves
+        read = runner.invoke(app, ["warm-start", str(cfg_path), "--read", adapter,
+                                   "--episodes", "2"])
+        assert read.exit_code == 0, read.output
+        fit = json.loads(read.output[read.output.index("{"):])
+        assert fit["adapter"] == adapter and fit["read"] > 0
+        assert 0 <= fit["greedy_match"] <= 1 and fit["mean_logprob"] < 0
+    for flags, message in ((["--read", str(tmp_path)], "is not a LoRA adapter folder"),
+                           ([], "give --out (train an adapter there) or --read"),
+                           (["--read", "base", "--out", str(out)], "one of them")):
+        bad = runner.invoke(app, ["warm-start", str(cfg_path), *flags])
+        assert bad.exit_code == 2 and message in bad.output, bad.output
     bad = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
                               "--agent", "ghost"])
     assert bad.exit_code == 2 and "no agent 'ghost'" in bad.output
