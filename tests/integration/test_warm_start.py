@@ -273,7 +273,7 @@ def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
                            ([], "give --out (train an adapter there) or --read"),
                            (["--read", "base", "--out", str(out)], "one of them")):
         bad = runner.invoke(app, ["warm-start", str(cfg_path), *flags])
-        assert bad.exit_code == 2 and message in bad.output, bad.output
+        assert bad.exit_code == 2 and message in " ".join(bad.output.split()), bad.output
     bad = runner.invoke(app, ["warm-start", str(cfg_path), "--out", str(out),
                               "--agent", "ghost"])
     assert bad.exit_code == 2 and "no agent 'ghost'" in bad.output
