@@ -1,7 +1,9 @@
 # Both targets set up .venv themselves (scripts/bootstrap.sh is a no-op when nothing changed).
 VENV := .venv
 PY := $(VENV)/bin/python
-CONFIG ?= configs/tictactoe_selfplay.yaml
+# The warm-start recipe (SFT on minimax's every position, then 15 min of PPO); the cold one,
+# PPO alone: make demo CONFIG=configs/tictactoe_selfplay.yaml
+CONFIG ?= configs/tictactoe_warm.yaml
 # make test's pytest-xdist workers. A stack test spends much of its time waiting on its servers,
 # so two workers on 2 cores overlap that waiting: 20.5-24 min of tests against 30 on one (2026-12-05).
 # A test file stays on one worker (loadfile); files go out in collection order (e2e first, the

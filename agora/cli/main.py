@@ -298,17 +298,20 @@ def ask_gateway_for_move(stack: Stack, agent: str) -> None:
 
 @app.command()
 def demo(
-    config: Path = typer.Argument(Path("configs/tictactoe_selfplay.yaml")),
-    minutes: float = typer.Option(None, help="training budget (default: the config's)"),
+    config: Path = typer.Argument(Path("configs/tictactoe_warm.yaml")),
+    minutes: float = typer.Option(None, help="PPO's budget, after any warm start (default: "
+                                  "the config's trainer.max_minutes)"),
     games: int = typer.Option(None, help="evaluation games per opponent (default: config)"),
     run_id: str = typer.Option(None, help="run id (default: <name>-<timestamp>); an existing "
                                "run folder of that id is replaced"),
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
-    """Train for a bounded budget, then print a before/after table and query the gateway."""
+    """Train for a bounded budget (the config's warm start first, if any), then print a
+    before/after table and query the gateway."""
     from agora.envs.registry import GAME_BOTS
     from agora.evaluation.games import evaluate
     from agora.serving.client import PolicyAdmin
+    from agora.serving.vllm_server import SERVED_BASE_NAME
     from agora.serving.weights import adapter_dir
 
     cfg = _load(config, overrides)
@@ -340,12 +343,17 @@ def demo(
         admin = PolicyAdmin(cfg.policy_url(agent))
         baseline = f"{agent}-v0"
         admin.load_adapter(baseline, str(adapter_dir(stack.run_dir, agent, 0)))
+        # v0 is a warm start (agents[].warm_start or init_adapter), not the untrained model:
+        # the base gets a row of its own, so the table shows what the SFT and PPO each did.
+        started_warm = bool(cfg.agent(agent).warm_start or cfg.agent(agent).init_adapter)
         decoding = ("" if cfg.eval.temperature is None
                     else f" at temperature {cfg.eval.temperature:g} (eval.temperature)")
-        console.print(f"[cyan]>[/] evaluating {agent}-v0 and {agent} (latest) "
+        console.print(f"[cyan]>[/] evaluating {'the base model, ' if started_warm else ''}"
+                      f"{agent}-v0 and {agent} (latest) "
                       f"over {games or cfg.eval.games} games per opponent{decoding}")
         rows = {}
-        for label, adapter in (("before (v0)", baseline), ("after", agent)):
+        versions = ((("base (untrained)", SERVED_BASE_NAME),) if started_warm else ())
+        for label, adapter in (*versions, ("before (v0)", baseline), ("after", agent)):
             results = evaluate(cfg, agent, adapter, games)
             rows[label] = {opp: r.as_dict() for opp, r in results.items()}
         title = f"{cfg.environment.name}: before vs after training{decoding}"
@@ -670,26 +678,32 @@ def warm_start(
                              "(or 'base') plays the demonstrations: the answer's mean "
                              "probability and how often greedy decoding writes it"),
     agent: str = typer.Option(None, help="the agent to warm-start (default: the learner)"),
-    episodes: int = typer.Option(200, min=1, help="demonstration episodes"),
-    opponents: bool = typer.Option(True, help="games: the agent's seat plays the config's "
+    # Each flag left out comes from the agent's `warm_start:` in the config (what the trainer
+    # would run), else from WarmStartConfig's defaults.
+    episodes: int = typer.Option(None, min=1, help="demonstration episodes [200]"),
+    opponents: bool = typer.Option(None, help="games: the agent's seat plays the config's "
                                    "opponents mix (bots) as in training; --no-opponents: "
-                                   "demonstrators in every seat"),
+                                   "demonstrators in every seat [on]"),
     demonstrator: str = typer.Option(None, help="one of the env's demonstrators (default: "
                                      "the first that fits each seat), e.g. tictactoe's "
                                      "minimax_canonical"),
-    every_position: bool = typer.Option(False, help="a small game without chance "
-                                        "(tictactoe): one example per position the "
-                                        "demonstrator can meet, each other seat playing every "
-                                        "legal move, instead of --episodes games"),
-    epochs: float = typer.Option(2.0, min=0.01, help="passes over the examples"),
-    learning_rate: float = SFT_LEARNING_RATE,
-    batch_size: int = SFT_BATCH_SIZE,
+    every_position: bool = typer.Option(None, "--every-position/--no-every-position",
+                                        help="a small game without chance (tictactoe): one "
+                                        "example per position the demonstrator can meet, each "
+                                        "other seat playing every legal move, instead of "
+                                        "--episodes games [off]"),
+    epochs: float = typer.Option(None, min=0.01, help="passes over the examples [2]"),
+    learning_rate: float = typer.Option(None, min=1e-7, max=1.0, help="[1e-3]"),
+    batch_size: int = typer.Option(None, min=1, help="[8]"),
     max_steps: int = SFT_MAX_STEPS,
     threads: int = SFT_THREADS,
     overrides: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """SFT an agent on the env's demonstrators (a game's best bot, a context agent, a task's
-    answer), for PPO to start from: --set agents.N.init_adapter=OUT (agora/train/warm_start.py)."""
+    answer), for PPO to start from: --set agents.N.init_adapter=OUT (agora/train/warm_start.py).
+    Settings not given as flags come from the agent's `warm_start:` in the config, so this
+    trains the adapter the trainer would."""
+    from agora.config.warm_start import WarmStartConfig
     from agora.train.warm_start import (
         demonstrations,
         every_position_demonstrations,
@@ -708,13 +722,18 @@ def warm_start(
         raise typer.Exit(2)
     cfg = _load(config, overrides)
     name = agent or cfg.learner or cfg.agents[0].name
+    flags = {"episodes": episodes, "opponents": opponents, "demonstrator": demonstrator,
+             "every_position": every_position, "epochs": epochs,
+             "learning_rate": learning_rate, "batch_size": batch_size, "max_steps": max_steps,
+             "threads": threads}
     try:
-        cfg.agent(name)
-        if every_position:
-            examples = every_position_demonstrations(cfg, name, only=demonstrator)
+        configured = cfg.agent(name).warm_start or WarmStartConfig()
+        ws = configured.model_copy(update={k: v for k, v in flags.items() if v is not None})
+        if ws.every_position:
+            examples = every_position_demonstrations(cfg, name, only=ws.demonstrator)
         else:
-            examples = demonstrations(cfg, name, episodes, opponents=opponents,
-                                      only=demonstrator)
+            examples = demonstrations(cfg, name, ws.episodes, opponents=ws.opponents,
+                                      only=ws.demonstrator)
     except KeyError:
         console.print(f"[bold red]warm-start[/]: --agent: no agent '{escape(name)}' "
                       f"({[a.name for a in cfg.agents]})")
@@ -722,13 +741,13 @@ def warm_start(
     except ValueError as err:
         console.print(f"[bold red]warm-start[/]: {escape(str(err))}")
         raise typer.Exit(2) from None
-    source = "every position" if every_position else f"{episodes} episodes"
+    source = "every position" if ws.every_position else f"{ws.episodes} episodes"
     console.print(f"[cyan]>[/] {len(examples)} demonstrated turns of {name} from {source}")
     if read is not None:
         fit = read_imitation(cfg, name, examples, adapter)
         console.print_json(json.dumps({"adapter": read, **fit}))
         return
-    stage = _sft_stage(epochs, learning_rate, batch_size, max_steps, threads)
+    stage = _sft_stage(ws.epochs, ws.learning_rate, ws.batch_size, ws.max_steps, ws.threads)
     summary = train_sft_adapter(cfg, name, examples, out, stage, "warm start",
                                 log=lambda line: console.print(escape(line)))
     console.print_json(json.dumps(summary))

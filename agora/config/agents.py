@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from agora.algos.compute import DEVICE_PATTERN
 from agora.config.base import StrictModel
 from agora.config.training import AgentPPOConfig
+from agora.config.warm_start import WarmStartConfig
 
 
 class SamplingConfig(StrictModel):
@@ -70,6 +71,11 @@ class AgentConfig(StrictModel):
     # output); None = a fresh adapter, i.e. the base model.
     # (Checked before anything starts: agora/startup_checks.py.)
     init_adapter: str | None = None
+    # SFT on the env's demonstrators, run by the trainer before PPO
+    # (agora/train/run_warm_start.py); its adapter is version 0 and the KL reference. Bounded
+    # by its own epochs / max_steps: trainer.max_minutes counts PPO after it. An init_adapter
+    # wins over it.
+    warm_start: WarmStartConfig | None = None
     # What PPO's KL penalty holds the policy to: `init` = the policy it started from (the
     # init_adapter when there is one, as RLHF holds a policy to its SFT model; else the base),
     # `base` = the base model. Measured on the negotiation warm start: with the base as the

@@ -106,6 +106,8 @@ class RunConfig(StrictModel):
             raise ValueError(f"agents: duplicate agent names in {names}")
         for agent in (a for a in self.agents if a.finetune == "full"):
             _check_full_weights(self, agent)
+        for agent in (a for a in self.agents if a.warm_start is not None):
+            _check_warm_start(self, agent)
         placed = [a.name for a in self.agents if a.device]
         if self.trainer.processes > 1 and placed:
             raise ValueError(f"agents.{placed[0]}.device: with trainer.processes > 1 every "
@@ -287,6 +289,29 @@ def _check_full_weights(cfg: RunConfig, agent: AgentConfig) -> None:
     if "pool" in cfg.environment.opponents:
         raise ValueError(f"{field}: opponent pool snapshots are LoRA adapters; a run with a "
                          "full-weight agent cannot use environment.opponents 'pool'")
+
+
+def _check_warm_start(cfg: RunConfig, agent: AgentConfig) -> None:
+    """``agents[].warm_start`` can run: a seated LoRA learner, a demonstrator its env has, a
+    game tree small enough for every_position, one trainer process (the SFT runs in it)."""
+    field = f"agents.{agent.name}.warm_start"
+    ws, env = agent.warm_start, cfg.environment
+    assert ws is not None
+    if not agent.trainable or agent.finetune == "full":
+        raise ValueError(f"{field}: the SFT trains a LoRA adapter for PPO to start from: a "
+                         "trainable agent with finetune 'lora' only")
+    if agent.name not in env.seats:
+        raise ValueError(f"{field}: '{agent.name}' sits in no seat of environment.seats "
+                         f"({env.seats}), so no turn of its can be demonstrated")
+    if ws.demonstrator is not None and ws.demonstrator not in env.spec.demonstrators:
+        raise ValueError(f"{field}.demonstrator: '{ws.demonstrator}' is not one of "
+                         f"{env.name}'s demonstrators ({list(env.spec.demonstrators)})")
+    if ws.every_position and not env.spec.enumerable:
+        raise ValueError(f"{field}.every_position: '{env.name}' is not a small game without "
+                         "chance (EnvSpec.enumerable); sample `episodes` games instead")
+    if cfg.trainer.processes > 1:
+        raise ValueError(f"{field}: with trainer.processes > 1 run `agora warm-start` first "
+                         "and set init_adapter (the trainer's SFT runs in one process)")
 
 
 def _check_fit(key: str, agent: ContextAgentConfig, env: str, role: str | None) -> None:

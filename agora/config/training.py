@@ -117,6 +117,8 @@ class TrainerConfig(ComputeConfig):
     (device, dtype, attention, processes: agora/algos/compute.py)."""
 
     max_updates: int | None = Field(None, ge=1)
+    # Wall clock from the trainer's start (loading the models counts), an
+    # agents[].warm_start's SFT excepted: the minutes are PPO's.
     max_minutes: float | None = Field(None, gt=0.0)
     checkpoint_every: int = Field(1, ge=1)
     # CPU only (a learner on a GPU leaves them alone): torch threads, pinning and niceness.

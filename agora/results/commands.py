@@ -132,7 +132,8 @@ def _warm_start_step(exp: Experiment, adapter: Path, sets: list[str]) -> Step:
         "--batch-size", str(ws.batch_size), *([] if ws.opponents else ["--no-opponents"]),
         *(["--agent", ws.agent] if ws.agent else []),
         *(["--demonstrator", ws.demonstrator] if ws.demonstrator else []),
-        *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []), *_sets(sets)],
+        *(["--max-steps", str(ws.max_steps)] if ws.max_steps else []),
+        *(["--threads", str(ws.threads)] if ws.threads else []), *_sets(sets)],
         product=adapter)
 
 

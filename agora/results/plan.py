@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from agora.config.base import ConfigError
+from agora.config.warm_start import WarmStartConfig
 
 NAME = r"^[a-z0-9][a-z0-9\-]{0,40}$"  # also a run id and a file name: no paths
 OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -75,22 +76,11 @@ class Target(BaseModel):
         return f"{self.op} {bound}"
 
 
-class WarmStart(BaseModel):
-    """``agora warm-start`` before PPO: SFT on the env's demonstrators (its options)."""
+class WarmStart(WarmStartConfig):
+    """``agora warm-start`` before PPO: SFT on the env's demonstrators (its options; a run
+    config's ``agents[].warm_start`` takes the same, and the trainer runs it)."""
 
-    model_config = ConfigDict(extra="forbid")
     episodes: int = Field(100, ge=1)
-    epochs: float = Field(2.0, gt=0)
-    max_steps: int | None = Field(None, ge=1)
-    learning_rate: float = Field(1e-3, gt=0)
-    batch_size: int = Field(8, ge=1)
-    opponents: bool = Field(True, description="games: demonstrations against the config's "
-                            "opponents mix (false: demonstrators in every seat)")
-    demonstrator: str | None = Field(None, description="one of the env's demonstrators "
-                                     "(default: the first that fits each seat)")
-    every_position: bool = Field(False, description="a small game without chance: every "
-                                 "position the demonstrator can meet, once, instead of "
-                                 "`episodes` games")
     # A team of several learners: whom the SFT trains (a pretrained teammate that cannot yet
     # write the answer format, say). The others start from their bases.
     agent: str | None = Field(None, description="the agent to warm-start (default: the "

@@ -46,6 +46,7 @@ from agora.train.curriculum.tracker import CurriculumTracker
 from agora.train.feed import Collected, EpisodeFeed
 from agora.train.learners import build_learners, learner_placements, pin_cpu_learners
 from agora.train.reporting import Reporter, hold_metrics_for_final_scrape, start_metrics_server
+from agora.train.run_warm_start import warm_start_agents
 from agora.train.snapshots import SnapshotPool
 
 log = logging.getLogger("agora.train.trainer")
@@ -77,6 +78,7 @@ class Trainer:
         self.versions: dict[str, int] = {}
         self.update_index = 0
         self.started = time.monotonic()
+        self.warm_start_s = 0.0  # the warm start's seconds: not PPO's budget (setup)
         self.snapshots: SnapshotPool | None = None  # opponents: {pool: w}
         self.curriculum: CurriculumTracker | None = None  # curriculum.enabled
 
@@ -95,12 +97,13 @@ class Trainer:
     def setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.reporter.open_trackers()
+        if self.serve_metrics:  # first: the launcher waits for /metrics to call us healthy
+            start_metrics_server(self.cfg, self.redis_url, self.run_id)
+        self.warm_start()
         placements = learner_placements(self.cfg, self.parallel)
         log.info("learners on %s", {n: f"{p.device} {p.dtype} {p.attn_implementation}"
                                     for n, p in placements.items()})
         pin_cpu_learners(self.cfg, placements, self.parallel)
-        if self.serve_metrics:
-            start_metrics_server(self.cfg, self.redis_url, self.run_id)
         self.stream.ensure_group()
         self.feed.load_training_tasks()
         learners = build_learners(self.cfg, placements, self.parallel)
@@ -132,6 +135,18 @@ class Trainer:
         self.curriculum = CurriculumTracker.for_run(self.cfg, self.r, self.run_id, self.resume)
         self.add_snapshot()
         self.reporter.set_state(status="training")
+
+    def warm_start(self) -> None:
+        """``agents[].warm_start``: the SFT before PPO (agora/train/run_warm_start.py), on every
+        core before the learners pin theirs. Its time is its own (epochs / max_steps bound
+        it): ``trainer.max_minutes`` starts counting after it."""
+        if not any(a.warm_start is not None for a in self.cfg.agents):
+            return
+        began = time.monotonic()
+        warm_start_agents(self.cfg, self.run_dir, log=log.info,
+                          status=lambda line: self.reporter.set_state(status=line))
+        self.warm_start_s = time.monotonic() - began
+        log.info("warm start took %.1f min; PPO's budget starts now", self.warm_start_s / 60)
 
     def policy_dir(self, agent: str, version: int) -> Path:
         """Where ``agent``'s ``version`` is saved: its adapter folder (kept: pinned versions
@@ -174,13 +189,15 @@ class Trainer:
                                       waited_s=time.monotonic() - settle_started)
 
     def budget_progress(self) -> float:
-        """How far through the budget the run is, 0..1 (the further of updates and minutes)."""
+        """How far through the budget the run is, 0..1 (the further of updates and minutes).
+        The minutes are PPO's: a warm start (bounded by its own epochs / max_steps) is not
+        counted, so ``max_minutes: 15`` is 15 minutes of PPO with or without an SFT first."""
         budget = self.cfg.trainer
         progress = 0.0
         if budget.max_updates is not None:
             progress = max(progress, self.update_index / budget.max_updates)
         if budget.max_minutes is not None:
-            minutes = (time.monotonic() - self.started) / 60
+            minutes = (time.monotonic() - self.started - self.warm_start_s) / 60
             progress = max(progress, minutes / budget.max_minutes)
         return min(1.0, progress)
 

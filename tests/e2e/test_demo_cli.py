@@ -1,5 +1,6 @@
-"""`agora demo` end to end on tiny-random (a Hanabi config: the team-score table and a move
-asked through the gateway), and its refusal of envs it cannot evaluate."""
+"""`agora demo` end to end on tiny-random (a Hanabi config with a warm start: the trainer's
+SFT first, the team-score table with the base model's row, and a move asked through the
+gateway), and its refusal of envs it cannot evaluate."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import json
 import subprocess
 import sys
 
+import torch
+from safetensors.torch import load_file
+
+from agora.serving.weights import adapter_dir
 from tests.stack_helpers import processes_of_run, tiny_config, write_config
 
 
@@ -15,11 +20,14 @@ def _agora(*args: str, cwd) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-def test_demo_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
+def test_demo_warm_starts_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
     cfg = tiny_config(
         models={"tiny": {"max_model_len": 1024}},
         agents=[{"name": "player", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
-                 "sampling": {"temperature": 1.0, "max_tokens": 6, "stop": ["\n"]}}],
+                 "sampling": {"temperature": 1.0, "max_tokens": 6, "stop": ["\n"]},
+                 # the trainer's SFT on hanabi_simple's turns, before PPO (version 0)
+                 "warm_start": {"episodes": 2, "max_steps": 3, "batch_size": 2,
+                                "learning_rate": 0.01}}],
         environment={"name": "hanabi", "seats": ["player", "player"], "prefill": "[Play] ",
                      "opponents": {"self": 1.0, "hanabi_simple": 1.0}},
         ppo={"advantage_norm": "role"}, trainer={"max_updates": 1, "pin_cpus": False, "nice": 0},
@@ -34,7 +42,16 @@ def test_demo_trains_evaluates_before_and_after_and_asks_the_gateway(tmp_path):
     assert "made the chat key 'demo-" in out  # with a key: the embedded gateway requires one
     (run_dir,) = (tmp_path / "runs").iterdir()
     rows = json.loads((run_dir / "eval.json").read_text())
-    assert set(rows) == {"before (v0)", "after"}
+    assert set(rows) == {"base (untrained)", "before (v0)", "after"}
+    assert "evaluating the base model, player-v0 and player (latest)" in " ".join(out.split())
+    # Version 0 is the warm start's adapter, which learnt something (LoRA B starts at zero).
+    trainer_log = (run_dir / "logs" / "trainer.log").read_text()
+    assert "player: warm start on " in trainer_log and "demonstrated turns" in trainer_log
+    warm = load_file(str(run_dir / "warm-start" / "player" / "adapter_model.safetensors"))
+    v0 = load_file(str(adapter_dir(run_dir, "player", 0) / "adapter_model.safetensors"))
+    assert set(warm) == set(v0)
+    assert all(torch.equal(warm[k], v0[k]) for k in warm)
+    assert any(k.endswith("lora_B.weight") and warm[k].abs().sum() > 0 for k in warm)
     for by_opponent in rows.values():
         assert set(by_opponent) == {"self", "hanabi_simple"}
         for row in by_opponent.values():

@@ -290,3 +290,21 @@ def test_cli_warm_start_writes_an_adapter_and_names_bad_input(tmp_path):
     bad = runner.invoke(app, ["warm-start", str(hanabi_path), "--out", str(out),
                               "--every-position"])
     assert bad.exit_code == 2 and "--every-position: environment.name 'hanabi'" in bad.output
+
+
+def test_cli_warm_start_takes_what_the_flags_leave_out_from_the_configs_warm_start(tmp_path):
+    """The adapter `agora warm-start CONFIG` trains is the one the trainer would (the agent's
+    `warm_start:`); a flag still wins over it."""
+    data = env_config("tictactoe").model_dump(mode="json")
+    data["agents"][0]["warm_start"] = {"every_position": True,
+                                       "demonstrator": "minimax_canonical"}
+    cfg_path = tmp_path / "warm.yaml"
+    cfg_path.write_text(json.dumps(data))
+    read = runner.invoke(app, ["warm-start", str(cfg_path), "--read", "base"])
+    assert read.exit_code == 0, read.output
+    assert "335 demonstrated turns of player from every position" in read.output
+    assert json.loads(read.output[read.output.index("{"):])["read"] == 335
+    sampled = runner.invoke(app, ["warm-start", str(cfg_path), "--read", "base",
+                                  "--no-every-position", "--episodes", "2"])
+    assert sampled.exit_code == 0, sampled.output
+    assert "from 2 episodes" in sampled.output
