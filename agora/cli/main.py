@@ -705,9 +705,9 @@ def warm_start(
     trains the adapter the trainer would."""
     from agora.config.warm_start import WarmStartConfig
     from agora.train.warm_start import (
-        demonstrations,
-        every_position_demonstrations,
+        configured_examples,
         read_imitation,
+        sft_stage,
         train_sft_adapter,
     )
 
@@ -729,11 +729,7 @@ def warm_start(
     try:
         configured = cfg.agent(name).warm_start or WarmStartConfig()
         ws = configured.model_copy(update={k: v for k, v in flags.items() if v is not None})
-        if ws.every_position:
-            examples = every_position_demonstrations(cfg, name, only=ws.demonstrator)
-        else:
-            examples = demonstrations(cfg, name, ws.episodes, opponents=ws.opponents,
-                                      only=ws.demonstrator)
+        examples = configured_examples(cfg, name, ws)
     except KeyError:
         console.print(f"[bold red]warm-start[/]: --agent: no agent '{escape(name)}' "
                       f"({[a.name for a in cfg.agents]})")
@@ -747,7 +743,7 @@ def warm_start(
         fit = read_imitation(cfg, name, examples, adapter)
         console.print_json(json.dumps({"adapter": read, **fit}))
         return
-    stage = _sft_stage(ws.epochs, ws.learning_rate, ws.batch_size, ws.max_steps, ws.threads)
+    stage = sft_stage(ws)
     summary = train_sft_adapter(cfg, name, examples, out, stage, "warm start",
                                 log=lambda line: console.print(escape(line)))
     console.print_json(json.dumps(summary))

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agora.config.run import RunConfig
-from agora.reflection.config import TrainStageConfig
 
 WARM_START_DIR = "warm-start"
 
@@ -29,11 +28,7 @@ def warm_start_agents(cfg: RunConfig, run_dir: Path, log: Callable[[str], None] 
     """Train (or, on resume, find) each warm-started agent's adapter and point its
     ``init_adapter`` there. Returns each trained agent's summary (examples, steps, seconds,
     losses, imitation read); ``status`` hears "warm start <agent> step k/n" as it goes."""
-    from agora.train.warm_start import (
-        demonstrations,
-        every_position_demonstrations,
-        train_sft_adapter,
-    )
+    from agora.train.warm_start import configured_examples, sft_stage, train_sft_adapter
 
     summaries: dict[str, dict] = {}
     for agent in cfg.agents:
@@ -47,16 +42,10 @@ def warm_start_agents(cfg: RunConfig, run_dir: Path, log: Callable[[str], None] 
         if (out / "adapter_config.json").is_file():
             log(f"{agent.name}: warm start found at {out} (resumed run); not trained again")
         else:
-            if ws.every_position:
-                examples = every_position_demonstrations(cfg, agent.name, only=ws.demonstrator)
-            else:
-                examples = demonstrations(cfg, agent.name, ws.episodes, opponents=ws.opponents,
-                                          only=ws.demonstrator)
+            examples = configured_examples(cfg, agent.name, ws)
             source = "every position" if ws.every_position else f"{ws.episodes} episodes"
             log(f"{agent.name}: warm start on {len(examples)} demonstrated turns ({source})")
-            stage = TrainStageConfig(learning_rate=ws.learning_rate, epochs=ws.epochs,
-                                     batch_size=ws.batch_size, max_steps=ws.max_steps,
-                                     threads=ws.threads, max_length=1024)
+            stage = sft_stage(ws)
             label = f"warm start {agent.name}"
 
             def heard(line: str, label: str = label) -> None:

@@ -29,6 +29,7 @@ from agora.algos.compute import resolve
 from agora.config.agents import CONTEXT_PREFIX
 from agora.config.environment import EnvironmentConfig
 from agora.config.run import RunConfig
+from agora.config.warm_start import WarmStartConfig
 from agora.envs.base import TurnBasedEnv, turn_limit
 from agora.envs.registry import make_bot
 from agora.envs.spec import EnvSpec
@@ -215,6 +216,21 @@ def every_position_demonstrations(cfg: RunConfig, agent: str, seed: int = 0,
             env.step(text)
             stack.append(env)
     return examples
+
+
+def configured_examples(cfg: RunConfig, agent: str, ws: WarmStartConfig) -> list[dict]:
+    """The demonstrations ``ws`` (an agent's ``warm_start:``, or the CLI's flags over it) asks
+    for: every position of a small game, or ``episodes`` sampled episodes."""
+    if ws.every_position:
+        return every_position_demonstrations(cfg, agent, only=ws.demonstrator)
+    return demonstrations(cfg, agent, ws.episodes, opponents=ws.opponents, only=ws.demonstrator)
+
+
+def sft_stage(ws: WarmStartConfig) -> TrainStageConfig:
+    """TRL's knobs for a warm start (examples up to 1024 tokens: a discussion's prompt)."""
+    return TrainStageConfig(learning_rate=ws.learning_rate, epochs=ws.epochs,
+                            batch_size=ws.batch_size, max_steps=ws.max_steps,
+                            threads=ws.threads, max_length=1024)
 
 
 def train_sft_adapter(cfg: RunConfig, agent_name: str, examples: list[dict], out: Path,
