@@ -91,6 +91,63 @@ class CanonicalMinimaxBot(MinimaxBot):
         return min(cells, key=CANONICAL_ORDER.index)
 
 
+def _outcome_class(value: int) -> int:
+    """+1 a forced win, 0 a draw, -1 a loss under perfect play (the speed of it dropped)."""
+    return (value > 0) - (value < 0)
+
+
+@cache
+def _win_chance_vs_random(board: tuple[str, ...], to_move: str, me: str) -> float:
+    """P(``me`` wins) from ``board`` when ``me`` plays WinningMinimaxBot and the other side
+    picks uniformly among the free cells: an exact expectation over the game tree."""
+    won = winner_of(list(board))
+    if won:
+        return 1.0 if won == me else 0.0
+    free = [i for i, m in enumerate(board) if not m]
+    if not free:
+        return 0.0
+    other = "O" if to_move == "X" else "X"
+    after = [_win_chance_vs_random(board[:i] + (to_move,) + board[i + 1 :], other, me)
+             for i in (_perfect_cells(board, me) if to_move == me else free)]
+    return max(after) if to_move == me else sum(after) / len(after)
+
+
+def _perfect_cells(board: tuple[str, ...], mark: str) -> list[int]:
+    """The free cells that keep the game's perfect-play outcome (win, draw) for ``mark``."""
+    other = "O" if mark == "X" else "X"
+    sign = 1 if mark == "X" else -1
+    classes = {i: _outcome_class(sign * _minimax_value(board[:i] + (mark,) + board[i + 1 :],
+                                                        other))
+               for i, m in enumerate(board) if not m}
+    best = max(classes.values())
+    return [i for i, c in classes.items() if c == best]
+
+
+class WinningMinimaxBot:
+    """Perfect play that also plays to win against a weak opponent: of the moves that keep
+    the perfect-play outcome, the one with the highest chance of winning against a uniformly
+    random opponent, ties by ``CANONICAL_ORDER``. A demonstrator only, like the canonical bot.
+
+    Why: a warm start cannot win more often than its demonstrator. minimax_canonical
+    draws a random player in 9.4% of games (it wins 90.6%, never loses), since among equally
+    good moves it takes the first in its order, not the one that sets a random reply the most
+    traps; this bot wins 95.6% and still never loses (exact over the game tree:
+    tests/unit/test_bots.py), so the 60-minute target (>= 85% wins vs random) is no longer
+    within a few points of the demonstrator's own ceiling."""
+
+    name = "minimax_winning"
+
+    def act(self, env: TicTacToe, rng: random.Random) -> str:
+        me, other = MARKS[env.current_seat], MARKS[1 - env.current_seat]
+        board = tuple(env.board)
+        chance = {i: _win_chance_vs_random(board[:i] + (me,) + board[i + 1 :], other, me)
+                  for i in _perfect_cells(board, me)}
+        best = max(chance.values())
+        # a small tolerance: chances computed along different paths differ in the last bits
+        ties = [i for i, c in chance.items() if c >= best - 1e-12]
+        return f"[{min(ties, key=CANONICAL_ORDER.index)}]"
+
+
 class HanabiRandomBot:
     """Any legal move: the floor a Hanabi learner must beat (it misplays often and scores ~2)."""
 

@@ -159,6 +159,7 @@ SPEC = EnvSpec(
     "tictactoe", seats=(2, 2), make=lambda seats: TicTacToe(),
     build=lambda section, payload: TicTacToe(observation=section.observation), images=True,
     bots={"random": "agora.agents.bots:RandomBot", "minimax": "agora.agents.bots:MinimaxBot"},
-    demonstrators=("minimax", "minimax_canonical"),
-    demonstrator_bots={"minimax_canonical": "agora.agents.bots:CanonicalMinimaxBot"},
+    demonstrators=("minimax", "minimax_canonical", "minimax_winning"),
+    demonstrator_bots={"minimax_canonical": "agora.agents.bots:CanonicalMinimaxBot",
+                       "minimax_winning": "agora.agents.bots:WinningMinimaxBot"},
     enumerable=True, evaluation="round_robin", play=DefaultPlay("[", 6, ("]",)))

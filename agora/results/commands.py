@@ -16,6 +16,7 @@ from agora.config.environment import EnvironmentConfig
 from agora.config.run import load_config
 from agora.reflection.config import load_reflection_config
 from agora.results.plan import Experiment
+from agora.train.run_warm_start import warm_start_dir
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ def check_configs(experiments: list[Experiment]) -> None:
             raise ConfigError(f"experiment {exp.name}: {err}") from None
         if exp.warm_agent is not None:
             warm_agent_index(exp)  # names a missing agent now, not after the SFT
+        if exp.inherits_trainer_warm_start and not any(a.warm_start for a in cfg.agents):
+            raise ConfigError(f"experiment {exp.name}: warm_start_from: "
+                              f"'{exp.warm_start_from}' is no earlier experiment with a "
+                              f"warm_start (none in the plan, no agents[].warm_start in "
+                              f"{exp.config})")
         ws = exp.warm_start
         if ws is not None and ws.overrides:
             _check_sft_config(exp)
@@ -74,6 +80,8 @@ def steps(exp: Experiment, runs: Path) -> list[Step]:
         adapter = runs / f"{exp.name}-sft"
         out.append(_warm_start_step(exp, adapter, sets))
         sets = [*sets, f"agents.{warm_agent_index(exp)}.init_adapter={adapter}"]
+    elif exp.inherits_trainer_warm_start:  # the SFT an earlier run's trainer made
+        sets = [*sets, *_trainer_warm_starts(exp, runs / str(exp.warm_start_from))]
     elif exp.warm_start_from is not None:  # an earlier experiment's SFT (plan order)
         adapter = runs / f"{exp.warm_start_from}-sft"
         sets = [*sets, f"agents.{warm_agent_index(exp)}.init_adapter={adapter}"]
@@ -160,6 +168,15 @@ def warm_agent_index(exp: Experiment) -> int:
         raise ConfigError(f"experiment {exp.name}: warm_start.agent: no agent '{name}' in "
                           f"{exp.config} ({names})")
     return names.index(name)
+
+
+def _trainer_warm_starts(exp: Experiment, source_run: Path) -> list[str]:
+    """``init_adapter`` for each agent whose config warm-starts it: the adapter the source
+    run's trainer saved. The trainer then skips the SFT (a given init_adapter wins), so the
+    variant differs from its source in PPO only, and not by 20 minutes of SFT."""
+    cfg = load_config(exp.config, exp.overrides)
+    return [f"agents.{index}.init_adapter={warm_start_dir(source_run, agent.name)}"
+            for index, agent in enumerate(cfg.agents) if agent.warm_start is not None]
 
 
 def _sets(pairs: list[str]) -> list[str]:

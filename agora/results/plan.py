@@ -109,8 +109,9 @@ class Experiment(BaseModel):
     eval_k: int | None = Field(None, ge=1, description="train_eval: discussions sampled per "
                                "held-out task (agora eval --k)")
     warm_start: WarmStart | None = None
-    # Start PPO from an earlier experiment's warm start (its SFT adapter) instead of making
-    # one: variants of one recipe (another advantage, no KL term) then differ in PPO only,
+    # Start PPO from an earlier experiment's warm start (its SFT adapter: the plan's
+    # `warm_start`, or the one its trainer ran from the config's `agents[].warm_start`) instead
+    # of making one: variants of one recipe (another advantage, no KL term) then differ in PPO only,
     # and skip the SFT (17 minutes for negotiation on 2 cores). In a compare both arms start
     # from it (the multi-agent arm's learning peer is a copy of the learner), as from a
     # compare's own warm_start.
@@ -119,6 +120,9 @@ class Experiment(BaseModel):
     targets: list[str] = Field(default_factory=list, description="'FIGURE OP BOUND'")
     # warm_start_from's source's agent, filled in by Plan (steps() sees one experiment)
     _inherited_agent: str | None = PrivateAttr(None)
+    # warm_start_from names a source without a plan warm_start: its config's
+    # agents[].warm_start ran in its trainer (check_configs makes sure there is one)
+    _inherits_trainer_warm_start: bool = PrivateAttr(False)
 
     @field_validator("targets")
     @classmethod
@@ -129,6 +133,11 @@ class Experiment(BaseModel):
 
     def parsed_targets(self) -> list[Target]:
         return [Target.parse(text) for text in self.targets]
+
+    @property
+    def inherits_trainer_warm_start(self) -> bool:
+        """warm_start_from's SFT ran in the source's trainer (``agents[].warm_start``)."""
+        return self._inherits_trainer_warm_start
 
     @property
     def warm_agent(self) -> str | None:
@@ -170,7 +179,7 @@ class Plan(BaseModel):
                 continue
             source = next((e for e in self.experiments[:index]
                            if e.name == exp.warm_start_from), None)
-            if source is None or source.warm_start is None:
+            if source is None:
                 raise ValueError(f"experiments.{index}.warm_start_from: "
                                  f"'{exp.warm_start_from}' is no earlier experiment with a "
                                  "warm_start")
@@ -178,7 +187,10 @@ class Plan(BaseModel):
                 raise ValueError(f"experiments.{index}.warm_start_from: "
                                  f"'{exp.warm_start_from}' trains {source.config}, this "
                                  f"experiment {exp.config}: an adapter fits its own config")
-            exp._inherited_agent = source.warm_start.agent
+            if source.warm_start is not None:
+                exp._inherited_agent = source.warm_start.agent
+            else:  # its trainer's (agents[].warm_start): check_configs loads the config
+                exp._inherits_trainer_warm_start = True
         return self
 
     def select(self, only: list[str]) -> list[Experiment]:

@@ -55,6 +55,38 @@ def test_the_demo_recipe_is_the_cold_one_plus_the_measured_warm_start():
         cold.agent("player").model_dump(exclude={"warm_start"})
 
 
+@pytest.mark.parametrize(("warm_name", "base_name", "changed"), [
+    # the measured PPO of negotiation-warm-nokl: no KL term
+    ("negotiation_warm", "negotiation", {"ppo": {"kl_coef": 0.0}}),
+    # research-warm-gentle: lr / 5, KL x 5, 10 updates
+    ("research_warm", "research", {"ppo": {"learning_rate": 1e-4, "kl_coef": 0.05},
+                                   "trainer": {"max_minutes": None, "max_updates": 10}}),
+])
+def test_the_shipped_warm_recipes_are_their_base_plus_the_measured_warm_start(
+        warm_name, base_name, changed):
+    """Each warm config is the base recipe + the SFT its results plan entry ran through agora
+    warm-start + that entry's PPO settings, nothing else: the figures quoted in its header
+    are then this config's."""
+    warm = load_config(ROOT / "configs" / f"{warm_name}.yaml").model_dump()
+    base = load_config(ROOT / "configs" / f"{base_name}.yaml").model_dump()
+    ws = warm["agents"][0].pop("warm_start")
+    assert base["agents"][0].pop("warm_start") is None
+    plan = {e.name: e for e in load_plan(ROOT / "configs" / "results.yaml").experiments}
+    measured = plan[f"{base_name}-warm"].warm_start
+    assert {k: ws[k] for k in ("episodes", "epochs", "max_steps", "learning_rate",
+                               "batch_size", "demonstrator", "opponents")} == \
+        {k: getattr(measured, k) for k in ("episodes", "epochs", "max_steps",
+                                           "learning_rate", "batch_size", "demonstrator",
+                                           "opponents")}
+    for section, fields in changed.items():
+        for key, value in fields.items():
+            assert warm[section][key] == value, f"{section}.{key}"
+            assert base[section][key] != value, f"{section}.{key} is no change"
+            warm[section][key] = base[section][key]
+    warm["name"] = base["name"]
+    assert warm == base
+
+
 def test_a_warm_start_that_cannot_run_is_refused_naming_the_field(warm):
     def with_(change) -> dict:
         data = copy.deepcopy(warm)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from agora.config.base import ConfigError
+from agora.config.run import load_config
 from agora.evaluation.compare import DiscussionResult
 from agora.evaluation.games import MatchResult
 from agora.evaluation.learner import learner_summary
@@ -209,14 +210,39 @@ def test_a_variant_starts_from_an_earlier_experiments_warm_start(tmp_path):
     assert arms.args[:2] == ["compare", negotiation]
     assert f"agents.0.init_adapter={runs / 'n-sft'}" in arms.args
     assert arms.args[arms.args.index("--games") + 1] == "9"
+    # A source without a warm start of any kind (not in the plan, not in its config).
+    bare = load_plan(write_plan(tmp_path, {**first, "warm_start": None}, variant))
+    with pytest.raises(ConfigError, match="experiment n-rloo: warm_start_from: 'n' is no "
+                                          "earlier experiment with a warm_start"):
+        check_configs(bare.experiments)
     for bad, message in (
             ([variant, first], "'n' is no earlier experiment with a warm_start"),
-            ([{**first, "warm_start": None}, variant], "no earlier experiment"),
             ([first, {**variant, "config": str(ROOT / "configs/story.yaml")}],
              "an adapter fits its own config"),
             ([first, {**variant, "warm_start": {"episodes": 3}}], "not both")):
         with pytest.raises(ConfigError, match=message):
             load_plan(write_plan(tmp_path, *bad))
+
+
+def test_a_variant_starts_from_the_warm_start_an_earlier_runs_trainer_made(tmp_path):
+    """make demo's config warm-starts in its trainer (agents[].warm_start): a variant of it
+    (60 minutes of PPO) points init_adapter at that run's warm-start folder and trains no
+    SFT of its own (a given init_adapter wins over the config's warm start)."""
+    warm = str(ROOT / "configs/tictactoe_warm.yaml")
+    demo = experiment(name="demo", kind="demo", config=warm, minutes=15)
+    longer = experiment(name="demo-60", kind="demo", config=warm, minutes=60,
+                        warm_start_from="demo")
+    plan = load_plan(write_plan(tmp_path, demo, longer))
+    check_configs(plan.experiments)
+    (own,) = steps(plan.experiments[0], runs := tmp_path / "runs")
+    assert not any("init_adapter" in a for a in own.args)  # the source runs its own SFT
+    (train,) = steps(plan.experiments[1], runs)
+    assert train.args[:2] == ["demo", warm]
+    assert f"agents.0.init_adapter={runs / 'demo' / 'warm-start' / 'player'}" in train.args
+    assert train.args[train.args.index("--minutes") + 1] == "60"
+    # The variant's run really takes it: the trainer's warm start sees a given init_adapter.
+    cfg = load_config(warm, [a for a in train.args if "init_adapter" in a])
+    assert cfg.agents[0].init_adapter == str(runs / "demo" / "warm-start" / "player")
 
 
 @pytest.mark.parametrize(("fields", "message"), [
