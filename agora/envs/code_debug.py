@@ -10,25 +10,31 @@ Modes:
 * ``"pair"`` (2 seats): seat 0 is the author (sees the spec and signature; told to hide one
   subtle bug, unless ``author_plants_bug=False``), seat 1 the fixer (sees the spec and the
   author's code).
-* ``"fixer"`` (1 seat): the buggy code is the problem's known-buggy solution from ``PROBLEMS``,
-  so the fixer can be trained alone.
+* ``"fixer"`` (1 seat): the buggy code is the problem's known-buggy solution, so the fixer can
+  be trained alone.
 
-The problem is ``PROBLEMS[seed % len(PROBLEMS)]`` unless ``problem_id`` pins one. An action is a
-model answer; its code is ``extract_code(text)`` (the last fenced block, else the whole text).
-Code that is empty, does not parse (checked with ``ast``, never executed here) or does not define
-the function is illegal (``StepResult.legal`` False, counted per role) but not a forfeit: the
-episode goes on, and ``score_debug`` simply finds that it fails the tests.
+The problem is ``problem_for_seed(seed)`` unless ``problem_id`` pins one: a training problem for
+a training seed, a held-out one for an evaluation seed (agora/envs/code_debug_problems.py). An
+action is a model answer; its code is ``extract_code(text)`` (the last fenced block, else the
+whole text). Code that is empty, does not parse (checked with ``ast``, never executed here) or
+does not define the function is illegal (``StepResult.legal`` False, counted per role) but not
+a forfeit: the episode goes on, and ``score_debug`` simply finds that it fails the tests.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
+from agora.envs.code_debug_problems import (
+    HELD_OUT_PROBLEMS,
+    PROBLEMS_BY_ID,
+    TRAINING_PROBLEMS,
+    Problem,
+)
 from agora.envs.spec import EnvOptions, EnvSpec
 from agora.rewards.verifiers.code import CodeVerdict, extract_code, verify_code
 from agora.sandbox.runner import SandboxLimits
@@ -36,208 +42,19 @@ from agora.sandbox.runner import SandboxLimits
 MAX_CODE_CHARS = 6000  # longer code is cut (and then usually fails to parse)
 DEFAULT_LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=8)
 
-
-@dataclass(frozen=True)
-class Problem:
-    """A spec, its signature, a reference solution, a known-buggy one and hidden tests."""
-
-    problem_id: str
-    spec: str
-    signature: str
-    solution: str
-    buggy: str
-    tests: str
-
-    @property
-    def func_name(self) -> str:
-        return self.signature.removeprefix("def ").split("(")[0].strip()
-
-
-PROBLEMS: tuple[Problem, ...] = (
-    Problem(
-        "sum_evens",
-        "Return the sum of the even numbers in the list nums.",
-        "def sum_evens(nums: list[int]) -> int:",
-        "def sum_evens(nums: list[int]) -> int:\n"
-        "    return sum(n for n in nums if n % 2 == 0)\n",
-        "def sum_evens(nums: list[int]) -> int:\n"
-        "    total = 0\n"
-        "    for n in nums[1:]:\n"
-        "        if n % 2 == 0:\n"
-        "            total += n\n"
-        "    return total\n",
-        "def test_sum_evens_mixed():\n    assert sum_evens([1, 2, 3, 4]) == 6\n\n"
-        "def test_sum_evens_first_even():\n    assert sum_evens([2, 3, 4]) == 6\n\n"
-        "def test_sum_evens_empty():\n    assert sum_evens([]) == 0\n\n"
-        "def test_sum_evens_negative():\n    assert sum_evens([-4, 1, 7]) == -4\n",
-    ),
-    Problem(
-        "reverse_words",
-        "Return the words of s in reverse order, joined by single spaces. Words are separated "
-        "by any amount of whitespace.",
-        "def reverse_words(s: str) -> str:",
-        "def reverse_words(s: str) -> str:\n"
-        "    return ' '.join(reversed(s.split()))\n",
-        "def reverse_words(s: str) -> str:\n"
-        "    return ' '.join(reversed(s.split(' ')))\n",
-        "def test_reverse_words_simple():\n"
-        "    assert reverse_words('hello world') == 'world hello'\n\n"
-        "def test_reverse_words_double_space():\n    assert reverse_words('a  b') == 'b a'\n\n"
-        "def test_reverse_words_one():\n    assert reverse_words('one') == 'one'\n\n"
-        "def test_reverse_words_padded():\n    assert reverse_words('  x y ') == 'y x'\n\n"
-        "def test_reverse_words_empty():\n    assert reverse_words('') == ''\n",
-    ),
-    Problem(
-        "is_palindrome",
-        "Return True if s reads the same backwards, ignoring case and every character that is "
-        "not a letter or digit.",
-        "def is_palindrome(s: str) -> bool:",
-        "def is_palindrome(s: str) -> bool:\n"
-        "    chars = [c.lower() for c in s if c.isalnum()]\n"
-        "    return chars == chars[::-1]\n",
-        "def is_palindrome(s: str) -> bool:\n"
-        "    chars = [c for c in s if c.isalnum()]\n"
-        "    return chars == chars[::-1]\n",
-        "def test_is_palindrome_word():\n    assert is_palindrome('racecar') is True\n\n"
-        "def test_is_palindrome_sentence():\n"
-        "    assert is_palindrome('A man, a plan, a canal: Panama') is True\n\n"
-        "def test_is_palindrome_no():\n    assert is_palindrome('hello') is False\n\n"
-        "def test_is_palindrome_case():\n    assert is_palindrome('Noon') is True\n\n"
-        "def test_is_palindrome_empty():\n    assert is_palindrome('') is True\n",
-    ),
-    Problem(
-        "fizzbuzz",
-        "Return a list of strings for the numbers 1 to n: 'Fizz' for multiples of 3, 'Buzz' "
-        "for multiples of 5, 'FizzBuzz' for multiples of both, otherwise the number itself.",
-        "def fizzbuzz(n: int) -> list[str]:",
-        "def fizzbuzz(n: int) -> list[str]:\n"
-        "    out = []\n"
-        "    for i in range(1, n + 1):\n"
-        "        if i % 15 == 0:\n"
-        "            out.append('FizzBuzz')\n"
-        "        elif i % 3 == 0:\n"
-        "            out.append('Fizz')\n"
-        "        elif i % 5 == 0:\n"
-        "            out.append('Buzz')\n"
-        "        else:\n"
-        "            out.append(str(i))\n"
-        "    return out\n",
-        "def fizzbuzz(n: int) -> list[str]:\n"
-        "    out = []\n"
-        "    for i in range(1, n + 1):\n"
-        "        if i % 3 == 0:\n"
-        "            out.append('Fizz')\n"
-        "        elif i % 5 == 0:\n"
-        "            out.append('Buzz')\n"
-        "        elif i % 15 == 0:\n"
-        "            out.append('FizzBuzz')\n"
-        "        else:\n"
-        "            out.append(str(i))\n"
-        "    return out\n",
-        "def test_fizzbuzz_five():\n"
-        "    assert fizzbuzz(5) == ['1', '2', 'Fizz', '4', 'Buzz']\n\n"
-        "def test_fizzbuzz_fifteen():\n    assert fizzbuzz(15)[-1] == 'FizzBuzz'\n\n"
-        "def test_fizzbuzz_zero():\n    assert fizzbuzz(0) == []\n\n"
-        "def test_fizzbuzz_thirty():\n"
-        "    out = fizzbuzz(30)\n"
-        "    assert len(out) == 30 and out[29] == 'FizzBuzz' and out[9] == 'Buzz'\n",
-    ),
-    Problem(
-        "max_subarray",
-        "Return the largest sum of a non-empty contiguous part of the list nums "
-        "(nums is never empty).",
-        "def max_subarray(nums: list[int]) -> int:",
-        "def max_subarray(nums: list[int]) -> int:\n"
-        "    best = cur = nums[0]\n"
-        "    for x in nums[1:]:\n"
-        "        cur = max(x, cur + x)\n"
-        "        best = max(best, cur)\n"
-        "    return best\n",
-        "def max_subarray(nums: list[int]) -> int:\n"
-        "    best = cur = 0\n"
-        "    for x in nums:\n"
-        "        cur = max(0, cur + x)\n"
-        "        best = max(best, cur)\n"
-        "    return best\n",
-        "def test_max_subarray_classic():\n"
-        "    assert max_subarray([-2, 1, -3, 4, -1, 2, 1, -5, 4]) == 6\n\n"
-        "def test_max_subarray_all_negative():\n    assert max_subarray([-3, -1, -2]) == -1\n\n"
-        "def test_max_subarray_single():\n    assert max_subarray([5]) == 5\n\n"
-        "def test_max_subarray_single_negative():\n    assert max_subarray([-7]) == -7\n\n"
-        "def test_max_subarray_dip():\n    assert max_subarray([2, -1, 2]) == 3\n",
-    ),
-    Problem(
-        "count_vowels",
-        "Return how many vowels (a, e, i, o, u, in upper or lower case) the string s contains.",
-        "def count_vowels(s: str) -> int:",
-        "def count_vowels(s: str) -> int:\n"
-        "    return sum(1 for c in s.lower() if c in 'aeiou')\n",
-        "def count_vowels(s: str) -> int:\n"
-        "    return sum(1 for c in s.lower() if c in 'aeio')\n",
-        "def test_count_vowels_hello():\n    assert count_vowels('hello') == 2\n\n"
-        "def test_count_vowels_upper():\n    assert count_vowels('HELLO') == 2\n\n"
-        "def test_count_vowels_queue():\n    assert count_vowels('queue') == 4\n\n"
-        "def test_count_vowels_empty():\n    assert count_vowels('') == 0\n\n"
-        "def test_count_vowels_ultra():\n    assert count_vowels('Ultra') == 2\n",
-    ),
-    Problem(
-        "second_largest",
-        "Return the second largest distinct value in the list nums, or None if nums has fewer "
-        "than two distinct values.",
-        "def second_largest(nums: list[int]) -> int | None:",
-        "def second_largest(nums: list[int]) -> int | None:\n"
-        "    distinct = sorted(set(nums))\n"
-        "    return distinct[-2] if len(distinct) >= 2 else None\n",
-        "def second_largest(nums: list[int]) -> int | None:\n"
-        "    if len(nums) < 2:\n"
-        "        return None\n"
-        "    return sorted(nums)[-2]\n",
-        "def test_second_largest_simple():\n    assert second_largest([3, 1, 2]) == 2\n\n"
-        "def test_second_largest_duplicate_max():\n    assert second_largest([5, 5, 4]) == 4\n\n"
-        "def test_second_largest_single():\n    assert second_largest([7]) is None\n\n"
-        "def test_second_largest_all_same():\n    assert second_largest([2, 2]) is None\n\n"
-        "def test_second_largest_negative():\n    assert second_largest([-1, -5, -3]) == -3\n",
-    ),
-    Problem(
-        "binary_search",
-        "nums is sorted in increasing order with no duplicates. Return the index of target in "
-        "nums, or -1 if it is not there.",
-        "def binary_search(nums: list[int], target: int) -> int:",
-        "def binary_search(nums: list[int], target: int) -> int:\n"
-        "    lo, hi = 0, len(nums) - 1\n"
-        "    while lo <= hi:\n"
-        "        mid = (lo + hi) // 2\n"
-        "        if nums[mid] == target:\n"
-        "            return mid\n"
-        "        if nums[mid] < target:\n"
-        "            lo = mid + 1\n"
-        "        else:\n"
-        "            hi = mid - 1\n"
-        "    return -1\n",
-        "def binary_search(nums: list[int], target: int) -> int:\n"
-        "    lo, hi = 0, len(nums) - 1\n"
-        "    while lo < hi:\n"
-        "        mid = (lo + hi) // 2\n"
-        "        if nums[mid] == target:\n"
-        "            return mid\n"
-        "        if nums[mid] < target:\n"
-        "            lo = mid + 1\n"
-        "        else:\n"
-        "            hi = mid - 1\n"
-        "    return -1\n",
-        "def test_binary_search_middle():\n"
-        "    assert binary_search([1, 3, 5, 7, 9], 7) == 3\n\n"
-        "def test_binary_search_missing():\n"
-        "    assert binary_search([1, 3, 5, 7, 9], 4) == -1\n\n"
-        "def test_binary_search_single():\n    assert binary_search([5], 5) == 0\n\n"
-        "def test_binary_search_last():\n"
-        "    assert binary_search([1, 3, 5, 7, 9], 9) == 4\n\n"
-        "def test_binary_search_empty():\n    assert binary_search([], 1) == -1\n",
-    ),
-)
-PROBLEMS_BY_ID: dict[str, Problem] = {p.problem_id: p for p in PROBLEMS}
-
 Mode = Literal["pair", "fixer"]
+EvalProblems = Literal["held_out", "training"]
+
+
+def problem_for_seed(seed: int, eval_problems: EvalProblems = "held_out") -> Problem:
+    """The problem an episode of ``seed`` plays: evaluation's seeds (agora.evaluation.seeds)
+    play the held-out problems, every other seed (training, warm starts) the training ones."""
+    # Imported here: agora.evaluation's package imports the envs (a cycle at module level).
+    from agora.evaluation.seeds import HELD_OUT_SEEDS
+
+    if seed >= HELD_OUT_SEEDS and eval_problems == "held_out":
+        return HELD_OUT_PROBLEMS[(seed - HELD_OUT_SEEDS) % len(HELD_OUT_PROBLEMS)]
+    return TRAINING_PROBLEMS[seed % len(TRAINING_PROBLEMS)]
 
 
 def check_code(code: str, func_name: str) -> str:
@@ -262,7 +79,8 @@ class CodeDebug:
     name = "code_debug"
 
     def __init__(
-        self, mode: Mode = "pair", problem_id: str | None = None, author_plants_bug: bool = True
+        self, mode: Mode = "pair", problem_id: str | None = None, author_plants_bug: bool = True,
+        eval_problems: EvalProblems = "held_out",
     ) -> None:
         if mode not in ("pair", "fixer"):
             raise ValueError(f"code_debug: unknown mode '{mode}'")
@@ -273,11 +91,12 @@ class CodeDebug:
         self.roles = ("author", "fixer") if mode == "pair" else ("fixer",)
         self.problem_id = problem_id
         self.author_plants_bug = author_plants_bug
+        self.eval_problems = eval_problems
         self.reset(0)
 
     def reset(self, seed: int = 0) -> None:
         self.problem = (PROBLEMS_BY_ID[self.problem_id] if self.problem_id
-                        else PROBLEMS[seed % len(PROBLEMS)])
+                        else problem_for_seed(seed, self.eval_problems))
         self.author_code: str | None = self.problem.buggy if self.mode == "fixer" else None
         self.fixer_code: str | None = None
         self.illegal = dict.fromkeys(self.roles, 0)
@@ -416,14 +235,16 @@ class CodeDebugOptions(EnvOptions):
     mode: Literal["pair", "fixer"] = "pair"
     problem_id: str | None = Field(None, description="pin one problem; default: one per seed")
     author_plants_bug: bool = True
+    eval_problems: EvalProblems = Field(
+        "held_out", description="evaluation episodes play held_out problems, ones training "
+        "never shows (agora/envs/code_debug_problems.py), or the training ones (as before "
+        "2026-12-07)")
     cpu_seconds: int = Field(2, ge=1, le=30, description="sandbox CPU limit per program")
     wall_seconds: float = Field(8.0, gt=0.0, le=60.0, description="sandbox wall-clock limit")
 
     @field_validator("problem_id")
     @classmethod
     def _known_problem(cls, problem_id: str | None) -> str | None:
-        from agora.envs.code_debug import PROBLEMS_BY_ID
-
         if problem_id is not None and problem_id not in PROBLEMS_BY_ID:
             raise ValueError(f"unknown problem '{problem_id}'; known: {sorted(PROBLEMS_BY_ID)}")
         return problem_id
@@ -432,7 +253,7 @@ class CodeDebugOptions(EnvOptions):
 def build(section, payload: dict) -> CodeDebug:
     opts = section.code_debug
     return CodeDebug(mode=opts.mode, problem_id=opts.problem_id,
-                     author_plants_bug=opts.author_plants_bug)
+                     author_plants_bug=opts.author_plants_bug, eval_problems=opts.eval_problems)
 
 
 SPEC = EnvSpec(

@@ -8,17 +8,24 @@ import random
 import pytest
 
 from agora.agents.context import BuggyAuthor, CopyFixer, OracleFixer
+from agora.config.run import load_config
 from agora.envs.base import TurnBasedEnv
-from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID, CodeDebug, check_code, score_debug
+from agora.envs.code_debug import CodeDebug, check_code, score_debug
+from agora.envs.code_debug_problems import HELD_OUT_PROBLEMS, PROBLEMS_BY_ID, TRAINING_PROBLEMS
+from agora.evaluation.seeds import held_out_seed
 from agora.rewards.verifiers.code import expected_test_names, verify_code
 from agora.sandbox.runner import SandboxLimits
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=8)
 RNG = random.Random(0)
+PROBLEMS = TRAINING_PROBLEMS + HELD_OUT_PROBLEMS
 
 
 def test_problem_set_is_consistent():
-    assert len(PROBLEMS) == len(PROBLEMS_BY_ID) >= 8
+    assert len(PROBLEMS) == len(PROBLEMS_BY_ID) >= 16
+    assert len(TRAINING_PROBLEMS) >= 8 and len(HELD_OUT_PROBLEMS) >= 8
+    # Held out means never trained on: no function of one set appears in the other.
+    assert not {p.func_name for p in TRAINING_PROBLEMS} & {p.func_name for p in HELD_OUT_PROBLEMS}
     all_tests = []
     for p in PROBLEMS:
         assert p.solution.startswith(p.signature) and p.buggy.startswith(p.signature)
@@ -57,13 +64,30 @@ def test_protocol_modes_and_problem_choice():
     solo = CodeDebug(mode="fixer")
     assert solo.num_seats == 1 and solo.role(0) == "fixer"
     chosen = set()
-    for seed in range(len(PROBLEMS)):
+    for seed in range(len(TRAINING_PROBLEMS)):
         env.reset(seed)
         again = CodeDebug()
         again.reset(seed)
         assert again.problem == env.problem
         chosen.add(env.problem.problem_id)
-    assert chosen == set(PROBLEMS_BY_ID)
+    assert chosen == {p.problem_id for p in TRAINING_PROBLEMS}
+    # Evaluation's seeds play the held-out problems, each in turn from the first seed on...
+    evaluated = []
+    for episode in range(len(HELD_OUT_PROBLEMS)):
+        env.reset(held_out_seed(0, episode))
+        evaluated.append(env.problem)
+    assert evaluated == list(HELD_OUT_PROBLEMS)
+    # Evaluation gives a switching author's strategies in turn (episode i: strategy i mod 2):
+    # every held-out problem meets both, the planted bug included.
+    met = set()
+    for episode in range(2 * len(HELD_OUT_PROBLEMS)):
+        env.reset(held_out_seed(0, episode))
+        met.add((env.problem.problem_id, episode % 2))
+    assert len(met) == 2 * len(HELD_OUT_PROBLEMS)
+    # ...unless the run asks for the training problems (how it was measured until 2026-12-07).
+    as_before = CodeDebug(eval_problems="training")
+    as_before.reset(held_out_seed(0, 0))
+    assert as_before.problem in TRAINING_PROBLEMS
     pinned = CodeDebug(problem_id="fizzbuzz")
     pinned.reset(123)
     assert pinned.problem.problem_id == "fizzbuzz"
@@ -146,3 +170,21 @@ def test_static_checks():
     env.reset(0)
     assert not env.step("I do not know.").legal  # prose is not code
     assert env.outcome().info["illegal"]["author"] == 1
+
+
+def test_eval_problems_from_the_config_and_a_bad_value_named():
+    from agora.config.base import ConfigError
+    from agora.rollout.seating import build_env
+
+    shipped = load_config("configs/code_debug.yaml")
+    assert shipped.environment.code_debug.eval_problems == "held_out"
+    env = build_env(shipped, {})
+    env.reset(held_out_seed(0, 1))
+    assert env.problem == HELD_OUT_PROBLEMS[1]
+    training = load_config("configs/code_debug.yaml",
+                           ["environment.code_debug.eval_problems=training"])
+    env = build_env(training, {})
+    env.reset(held_out_seed(0, 1))
+    assert env.problem in TRAINING_PROBLEMS
+    with pytest.raises(ConfigError, match=r"environment\.code_debug\.eval_problems"):
+        load_config("configs/code_debug.yaml", ["environment.code_debug.eval_problems=test"])

@@ -30,7 +30,7 @@ from agora.algos.ppo import PPOLearner
 from agora.cli import main as cli
 from agora.cli.main import app
 from agora.data import load_tasks
-from agora.envs.code_debug import PROBLEMS, PROBLEMS_BY_ID
+from agora.envs.code_debug_problems import HELD_OUT_PROBLEMS, PROBLEMS_BY_ID
 from agora.evaluation.context import evaluation_sampling
 from agora.evaluation.discussion import Answer, round_metrics
 from agora.evaluation.ratings import Game, trueskill_table
@@ -510,12 +510,10 @@ def test_eval_research_team_against_its_writer_with_success_and_preference(
 def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_tiny,
                                                                 reward_url, learner):
     url, _ = vllm_tiny
-    solved = PROBLEMS[0]
-    # The prefill hands in the reference solution of problem 0: episodes 0..3 play problems
-    # 0..3 (their held-out seeds start at a multiple of the problem count), so exactly one
-    # episode in four is solved.
-    assert len(PROBLEMS) >= 4 and PROBLEMS_BY_ID[solved.problem_id] is solved
-    assert held_out_seed(0, 0) % len(PROBLEMS) == 0
+    solved = HELD_OUT_PROBLEMS[0]
+    # The prefill hands in the reference solution of held-out problem 0: evaluation episodes
+    # 0..3 play held-out problems 0..3 (never a training one), so exactly one in four is solved.
+    assert len(HELD_OUT_PROBLEMS) >= 4 and PROBLEMS_BY_ID[solved.problem_id] is solved
     cfg = tiny_config(
         name="code",
         agents=[{"name": "fixer", "base": "tiny", "lora_rank": 8, "lora_alpha": 16,
