@@ -14,7 +14,8 @@ Modes:
   be trained alone.
 
 The problem is ``problem_for_seed(seed)`` unless ``problem_id`` pins one: a training problem for
-a training seed, a held-out one for an evaluation seed (agora/envs/code_debug_problems.py). An
+a training seed, a held-out one for an evaluation seed, from the set ``problems`` names
+(agora/envs/code_debug_problems.py: builtin, humaneval or a problem file). An
 action is a model answer; its code is ``extract_code(text)`` (the last fenced block, else the
 whole text). Code that is empty, does not parse (checked with ``ast``, never executed here) or
 does not define the function is illegal (``StepResult.legal`` False, counted per role) but not
@@ -26,14 +27,15 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
 from agora.envs.code_debug_problems import (
-    HELD_OUT_PROBLEMS,
-    PROBLEMS_BY_ID,
-    TRAINING_PROBLEMS,
+    BUILTIN,
+    HUMANEVAL,
     Problem,
+    ProblemFileError,
+    problem_set,
 )
 from agora.envs.spec import EnvOptions, EnvSpec
 from agora.rewards.verifiers.code import CodeVerdict, extract_code, verify_code
@@ -46,15 +48,18 @@ Mode = Literal["pair", "fixer"]
 EvalProblems = Literal["held_out", "training"]
 
 
-def problem_for_seed(seed: int, eval_problems: EvalProblems = "held_out") -> Problem:
-    """The problem an episode of ``seed`` plays: evaluation's seeds (agora.evaluation.seeds)
-    play the held-out problems, every other seed (training, warm starts) the training ones."""
+def problem_for_seed(seed: int, eval_problems: EvalProblems = "held_out",
+                     problems: str = BUILTIN) -> Problem:
+    """The problem an episode of ``seed`` plays from the set ``problems``: evaluation's seeds
+    (agora.evaluation.seeds) play the held-out problems, every other seed (training, warm
+    starts) the training ones."""
     # Imported here: agora.evaluation's package imports the envs (a cycle at module level).
     from agora.evaluation.seeds import HELD_OUT_SEEDS
 
+    chosen = problem_set(problems)
     if seed >= HELD_OUT_SEEDS and eval_problems == "held_out":
-        return HELD_OUT_PROBLEMS[(seed - HELD_OUT_SEEDS) % len(HELD_OUT_PROBLEMS)]
-    return TRAINING_PROBLEMS[seed % len(TRAINING_PROBLEMS)]
+        return chosen.held_out[(seed - HELD_OUT_SEEDS) % len(chosen.held_out)]
+    return chosen.training[seed % len(chosen.training)]
 
 
 def check_code(code: str, func_name: str) -> str:
@@ -80,11 +85,12 @@ class CodeDebug:
 
     def __init__(
         self, mode: Mode = "pair", problem_id: str | None = None, author_plants_bug: bool = True,
-        eval_problems: EvalProblems = "held_out",
+        eval_problems: EvalProblems = "held_out", problems: str = BUILTIN,
     ) -> None:
         if mode not in ("pair", "fixer"):
             raise ValueError(f"code_debug: unknown mode '{mode}'")
-        if problem_id is not None and problem_id not in PROBLEMS_BY_ID:
+        self.problems = problems
+        if problem_id is not None and problem_id not in problem_set(problems).by_id:
             raise ValueError(f"code_debug: unknown problem '{problem_id}'")
         self.mode = mode
         self.num_seats = 2 if mode == "pair" else 1
@@ -95,8 +101,8 @@ class CodeDebug:
         self.reset(0)
 
     def reset(self, seed: int = 0) -> None:
-        self.problem = (PROBLEMS_BY_ID[self.problem_id] if self.problem_id
-                        else problem_for_seed(seed, self.eval_problems))
+        self.problem = (problem_set(self.problems).by_id[self.problem_id] if self.problem_id
+                        else problem_for_seed(seed, self.eval_problems, self.problems))
         self.author_code: str | None = self.problem.buggy if self.mode == "fixer" else None
         self.fixer_code: str | None = None
         self.illegal = dict.fromkeys(self.roles, 0)
@@ -151,6 +157,7 @@ class CodeDebug:
     def outcome(self) -> Outcome:
         info: dict[str, object] = {
             "problem_id": self.problem.problem_id,
+            "problems": self.problems,
             "mode": self.mode,
             "author_source": "model" if self.mode == "pair" else "bug_list",
             "author_code": self.author_code or "",
@@ -190,12 +197,19 @@ def score_debug(info: dict, limits: SandboxLimits | None = None) -> dict[str, ob
 
     Identical codes (up to surrounding blank space) are run once.
     """
-    problem = PROBLEMS_BY_ID[str(info["problem_id"])]
+    problem = problem_of(info)
     limits = limits or DEFAULT_LIMITS
     author_code, fixer_code = str(info["author_code"]), str(info["fixer_code"])
-    author = verify_code(author_code, problem.tests, limits)
-    fixer = author if same_code(info) else verify_code(fixer_code, problem.tests, limits)
+    author = verify_code(problem.program(author_code), problem.tests, limits)
+    fixer = (author if same_code(info)
+             else verify_code(problem.program(fixer_code), problem.tests, limits))
     return debug_scores(info, author, fixer)
+
+
+def problem_of(info: dict) -> Problem:
+    """The problem an episode's outcome info was played on (its set: ``info["problems"]``,
+    builtin in records written before problem sets)."""
+    return problem_set(str(info.get("problems", BUILTIN))).by_id[str(info["problem_id"])]
 
 
 def same_code(info: dict) -> bool:
@@ -206,7 +220,6 @@ def same_code(info: dict) -> bool:
 def debug_scores(info: dict, author: CodeVerdict, fixer: CodeVerdict) -> dict[str, object]:
     """``score_debug``'s scores from test verdicts obtained elsewhere (the rollout worker gets
     them from the reward service, so model-written code never runs in the worker)."""
-    problem = PROBLEMS_BY_ID[str(info["problem_id"])]
     a, f = _summary(author), _summary(fixer)
     author_bug = 0 < author.tests_passed < author.tests_total
     fixed = author_bug and fixer.passed
@@ -214,7 +227,7 @@ def debug_scores(info: dict, author: CodeVerdict, fixer: CodeVerdict) -> dict[st
     if info.get("mode", "pair") == "pair":
         rewards["author"] = 0.5 + 0.5 * float(a["pass_rate"]) if fixed else 0.0
     return {
-        "problem_id": problem.problem_id,
+        "problem_id": str(info["problem_id"]),
         "author": a,
         "fixer": f,
         "author_bug": author_bug,
@@ -233,6 +246,10 @@ class CodeDebugOptions(EnvOptions):
     define the function) also gets ``environment.illegal_move_penalty``."""
 
     mode: Literal["pair", "fixer"] = "pair"
+    problems: str = Field(
+        BUILTIN, description="the problem set: builtin (17 hand-written functions), humaneval "
+        "(a plausible bug planted in HumanEval functions, agora/envs/humaneval_debug.py) or the "
+        "path of a JSONL problem file in that format")
     problem_id: str | None = Field(None, description="pin one problem; default: one per seed")
     author_plants_bug: bool = True
     eval_problems: EvalProblems = Field(
@@ -242,18 +259,31 @@ class CodeDebugOptions(EnvOptions):
     cpu_seconds: int = Field(2, ge=1, le=30, description="sandbox CPU limit per program")
     wall_seconds: float = Field(8.0, gt=0.0, le=60.0, description="sandbox wall-clock limit")
 
-    @field_validator("problem_id")
+    @field_validator("problems")
     @classmethod
-    def _known_problem(cls, problem_id: str | None) -> str | None:
-        if problem_id is not None and problem_id not in PROBLEMS_BY_ID:
-            raise ValueError(f"unknown problem '{problem_id}'; known: {sorted(PROBLEMS_BY_ID)}")
-        return problem_id
+    def _loadable_set(cls, problems: str) -> str:
+        try:
+            problem_set(problems)
+        except ProblemFileError as exc:
+            raise ValueError(f"{exc} (or name a set: {BUILTIN}, {HUMANEVAL})") from None
+        return problems
+
+    @model_validator(mode="after")
+    def _known_problem(self) -> CodeDebugOptions:
+        known = problem_set(self.problems).by_id
+        if self.problem_id is not None and self.problem_id not in known:
+            shown = sorted(known)[:20]
+            raise ValueError(f"problem_id: unknown problem '{self.problem_id}' in the "
+                             f"{self.problems} set; known: {shown}"
+                             + (f" and {len(known) - len(shown)} more" if len(known) > 20 else ""))
+        return self
 
 
 def build(section, payload: dict) -> CodeDebug:
     opts = section.code_debug
     return CodeDebug(mode=opts.mode, problem_id=opts.problem_id,
-                     author_plants_bug=opts.author_plants_bug, eval_problems=opts.eval_problems)
+                     author_plants_bug=opts.author_plants_bug, eval_problems=opts.eval_problems,
+                     problems=opts.problems)
 
 
 SPEC = EnvSpec(

@@ -17,12 +17,20 @@ bug-planting author would only ever have met half of them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A spec, its signature, a reference solution, a known-buggy one and hidden tests."""
+    """A spec, its signature, a reference solution, a known-buggy one and hidden tests.
+
+    ``preamble`` (imports such as ``from typing import List``) runs before any code for the
+    problem, the author's and the fixer's, and is not shown: as HumanEval runs a completion
+    after its prompt, so a fixer that leaves out an import its signature needs is not failed
+    for that."""
 
     problem_id: str
     spec: str
@@ -30,10 +38,15 @@ class Problem:
     solution: str
     buggy: str
     tests: str
+    preamble: str = ""
 
     @property
     def func_name(self) -> str:
         return self.signature.removeprefix("def ").split("(")[0].strip()
+
+    def program(self, code: str) -> str:
+        """The program the sandbox runs for ``code`` written for this problem."""
+        return f"{self.preamble}\n{code}" if self.preamble else code
 
 
 TRAINING_PROBLEMS: tuple[Problem, ...] = (
@@ -421,3 +434,75 @@ HELD_OUT_PROBLEMS: tuple[Problem, ...] = (
 )
 PROBLEMS_BY_ID: dict[str, Problem] = {
     p.problem_id: p for p in TRAINING_PROBLEMS + HELD_OUT_PROBLEMS}
+
+# ----------------------------------------------------------------------------- problem sets
+# ``code_debug.problems``: ``builtin`` (the problems above), ``humaneval`` (HUMANEVAL_FILE: a
+# plausible bug planted in HumanEval functions, agora/envs/humaneval_debug.py) or the path of a
+# JSONL file in that file's format, one problem per line: the ``Problem`` fields (``preamble``
+# optional) and ``split`` (``training`` or ``held_out``).
+
+HUMANEVAL_FILE = Path(__file__).parent / "data" / "humaneval_debug.jsonl"
+BUILTIN, HUMANEVAL = "builtin", "humaneval"
+
+
+class ProblemFileError(ValueError):
+    """A problem file that cannot be used; the message names the line and field."""
+
+
+@dataclass(frozen=True)
+class ProblemSet:
+    """Training problems (and warm starts') and held-out ones (evaluation's), by id too."""
+
+    training: tuple[Problem, ...]
+    held_out: tuple[Problem, ...]
+
+    @functools.cached_property
+    def by_id(self) -> dict[str, Problem]:
+        return {p.problem_id: p for p in self.training + self.held_out}
+
+
+def load_problem_file(path: Path) -> ProblemSet:
+    """A problem file as a ``ProblemSet``; a bad line, a duplicate id or an empty split is
+    named (``ProblemFileError``)."""
+    names = [f.name for f in fields(Problem) if f.name != "preamble"]
+    splits: dict[str, list[Problem]] = {"training": [], "held_out": []}
+    seen: set[str] = set()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ProblemFileError(f"cannot read problem file {path}: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ProblemFileError(f"{where}: not JSON") from None
+        if not isinstance(row, dict):
+            raise ProblemFileError(f"{where}: not a JSON object")
+        bad = [n for n in names if not isinstance(row.get(n), str) or not row[n].strip()]
+        if bad:
+            raise ProblemFileError(f"{where}: missing or empty field(s) {bad}")
+        if row.get("split") not in splits:
+            raise ProblemFileError(f"{where}: split must be 'training' or 'held_out', "
+                                   f"not {row.get('split')!r}")
+        if not isinstance(row.get("preamble", ""), str):
+            raise ProblemFileError(f"{where}: preamble must be a string")
+        problem = Problem(**{n: row[n] for n in names}, preamble=row.get("preamble", ""))
+        if problem.problem_id in seen:
+            raise ProblemFileError(f"{where}: problem_id {problem.problem_id!r} appears twice")
+        seen.add(problem.problem_id)
+        splits[row["split"]].append(problem)
+    empty = [name for name, problems in splits.items() if not problems]
+    if empty:
+        raise ProblemFileError(f"{path}: no {' and no '.join(empty)} problems")
+    return ProblemSet(tuple(splits["training"]), tuple(splits["held_out"]))
+
+
+@functools.cache
+def problem_set(source: str = BUILTIN) -> ProblemSet:
+    """The problems of ``code_debug.problems`` (loaded once per process)."""
+    if source == BUILTIN:
+        return ProblemSet(TRAINING_PROBLEMS, HELD_OUT_PROBLEMS)
+    return load_problem_file(HUMANEVAL_FILE if source == HUMANEVAL else Path(source))

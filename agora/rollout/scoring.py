@@ -40,7 +40,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 
 from agora.agents.context import make_context_agent
 from agora.config.run import RunConfig
-from agora.envs.code_debug import PROBLEMS_BY_ID, debug_scores, same_code
+from agora.envs.code_debug import debug_scores, problem_of, same_code
 from agora.envs.negotiation import negotiation_scores
 from agora.envs.research import stated_facts
 from agora.envs.story import StoryWriting, story_judge_request
@@ -300,10 +300,10 @@ def score_code_debug(cfg: RunConfig, record: EpisodeRecord, judge: JudgeClient) 
     opts = cfg.environment.code_debug
     assert opts is not None
     info = record.info
-    problem = PROBLEMS_BY_ID[str(info["problem_id"])]
-    codes = [str(info["author_code"])]
+    problem = problem_of(info)
+    codes = [problem.program(str(info["author_code"]))]
     if not same_code(info):
-        codes.append(str(info["fixer_code"]))
+        codes.append(problem.program(str(info["fixer_code"])))
     body = {"kind": "code", "responses": codes, "tests": problem.tests,
             "limits": {"cpu_seconds": opts.cpu_seconds, "wall_seconds": opts.wall_seconds}}
     url = cfg.service_url("reward") + "/v1/verify"
