@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from agora.envs.base import ChatMessage, Outcome, StepResult
 from agora.envs.code_debug_problems import (
@@ -268,15 +268,18 @@ class CodeDebugOptions(EnvOptions):
             raise ValueError(f"{exc} (or name a set: {BUILTIN}, {HUMANEVAL})") from None
         return problems
 
-    @model_validator(mode="after")
-    def _known_problem(self) -> CodeDebugOptions:
-        known = problem_set(self.problems).by_id
-        if self.problem_id is not None and self.problem_id not in known:
+    @field_validator("problem_id")
+    @classmethod
+    def _known_problem(cls, problem_id: str | None, info: ValidationInfo) -> str | None:
+        if problem_id is None or "problems" not in info.data:  # no set: its error says why
+            return problem_id
+        known = problem_set(info.data["problems"]).by_id
+        if problem_id not in known:
             shown = sorted(known)[:20]
-            raise ValueError(f"problem_id: unknown problem '{self.problem_id}' in the "
-                             f"{self.problems} set; known: {shown}"
-                             + (f" and {len(known) - len(shown)} more" if len(known) > 20 else ""))
-        return self
+            more = f" and {len(known) - len(shown)} more" if len(known) > len(shown) else ""
+            raise ValueError(f"unknown problem '{problem_id}' in the {info.data['problems']} "
+                             f"set; known: {shown}{more}")
+        return problem_id
 
 
 def build(section, payload: dict) -> CodeDebug:

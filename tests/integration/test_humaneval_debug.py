@@ -180,6 +180,6 @@ def test_humaneval_from_the_config_scored_and_bad_sets_named(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"environment\.code_debug\.problems.*cannot read"):
         load_config("configs/code_debug.yaml",
                     [f"environment.code_debug.problems={tmp_path / 'none.jsonl'}"])
-    with pytest.raises(ConfigError, match=r"problem_id: unknown problem 'sum_evens'"):
+    with pytest.raises(ConfigError, match=r"code_debug\.problem_id: unknown problem 'sum_evens'"):
         load_config("configs/code_debug.yaml", ["environment.code_debug.problems=humaneval",
                                                 "environment.code_debug.problem_id=sum_evens"])
