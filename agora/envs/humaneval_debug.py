@@ -39,6 +39,7 @@ import ast
 import copy
 import dataclasses
 import gzip
+import itertools
 import json
 import random
 import re
@@ -247,10 +248,9 @@ def problem_from_record(record: dict[str, str], verdict: Verdict = sandbox_verdi
         return None, f"{task_id}: the canonical solution passes {passed}/{total} tests"
     number = int(re.sub(r"\D", "", task_id) or 0)
     tried = 0
-    for description, buggy in mutants(solution, entry, random.Random(number)):
+    candidates = mutants(solution, entry, random.Random(number))
+    for description, buggy in itertools.islice(candidates, MAX_MUTANTS_TRIED):
         tried += 1
-        if tried > MAX_MUTANTS_TRIED:
-            break
         passed, total, clean = verdict(problem.program(buggy), tests)
         if clean and 0 < passed < total:
             return dataclasses.replace(problem, buggy=buggy), description
