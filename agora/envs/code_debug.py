@@ -39,6 +39,7 @@ from agora.envs.code_debug_problems import (
 )
 from agora.envs.spec import EnvOptions, EnvSpec
 from agora.rewards.verifiers.code import CodeVerdict, extract_code, verify_code
+from agora.sandbox.parsing import parse_python
 from agora.sandbox.runner import SandboxLimits
 
 MAX_CODE_CHARS = 6000  # longer code is cut (and then usually fails to parse)
@@ -67,7 +68,7 @@ def check_code(code: str, func_name: str) -> str:
     if not code.strip():
         return "no code"
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return f"code does not parse: {type(exc).__name__}"
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}

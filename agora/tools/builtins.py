@@ -13,6 +13,7 @@ import re
 
 import simpleeval
 
+from agora.sandbox.parsing import parse_python
 from agora.sandbox.remote import run_untrusted
 from agora.sandbox.runner import SandboxLimits
 from agora.tools.registry import ToolRegistry, ToolResult, clip
@@ -101,7 +102,7 @@ def register_builtins(registry: ToolRegistry) -> None:
 def _with_printed_last_expression(code: str) -> str:
     """Like a REPL: a final bare expression (``19*12``) is printed. Parsing with ``ast`` here
     only reads the code; it runs in the sandbox alone."""
-    tree = ast.parse(code)
+    tree = parse_python(code)
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = tree.body[-1].value
         is_print = (isinstance(last, ast.Call) and isinstance(last.func, ast.Name)

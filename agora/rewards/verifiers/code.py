@@ -26,6 +26,7 @@ import secrets
 
 from pydantic import BaseModel, Field
 
+from agora.sandbox.parsing import parse_python
 from agora.sandbox.runner import SandboxLimits, SandboxStatus, run_python
 
 MARKER = "@@AGORA-TEST@@"
@@ -114,7 +115,7 @@ class CodeVerdict(BaseModel):
 def expected_test_names(tests: str) -> list[str]:
     """Top-level `def test*` functions of the test code, or ["<module>"] for plain asserts."""
     try:
-        tree = ast.parse(tests)
+        tree = parse_python(tests)
     except SyntaxError as exc:  # the tests come from our dataset, not from the model
         raise ValueError(f"test code does not parse: {exc}") from exc
     names = [
