@@ -5,8 +5,8 @@ and a thread switch inside ``ast.parse`` lets another thread's parse move it, wh
 ``SystemError: AST constructor recursion depth mismatch`` (python/cpython gh-106905). A rollout
 worker plays episodes on threads (``workers.concurrency``) and checks model-written code as it
 goes, and the services parse on their thread pools. Seen in a code-debug-humaneval run: 6
-episodes in 1,000 failed this way (and were played again). Parsing a function takes well under
-a millisecond, so taking turns costs nothing measurable.
+episodes in 1,000 failed this way (and were played again). Parsing HumanEval's longest
+function takes 0.2 ms, against seconds to generate it, so taking turns costs next to nothing.
 """
 
 from __future__ import annotations
