@@ -62,8 +62,13 @@ def calculate(expr: str) -> float:
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     evaluator = simpleeval.SimpleEval(operators=_OPERATORS, functions=_FUNCTIONS, names={})
+    # Parsed here, not by simpleeval's own ast.parse: tool calls run on worker threads
+    # (agora.sandbox.parsing).
+    tree = parse_python(text.strip())
+    if not tree.body:
+        raise ValueError("empty expression")
     try:
-        value = evaluator.eval(text)
+        value = evaluator.eval(text, previously_parsed=tree.body[0])
     except KeyError as err:  # simpleeval's lookup of an operator left out of _OPERATORS
         raise ValueError("only arithmetic operators are allowed") from err
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -83,3 +83,26 @@ def test_check_code_from_many_threads_finds_every_function() -> None:
     for thread in threads:
         thread.join()
     assert results == [""] * (THREADS * ROUNDS)
+
+
+def test_runtime_parses_of_code_and_expressions_all_take_the_lock(monkeypatch) -> None:
+    """The rollout worker's parses (a fixer's code, a calculator call, a python tool call, the
+    verifier's test names) go through parse_python, so none races another thread's."""
+    import agora.envs.code_debug as code_debug
+    import agora.rewards.verifiers.code as code_verifier
+    import agora.tools.builtins as builtins
+
+    parsed: list[str] = []
+
+    def counting(source: str) -> ast.Module:
+        parsed.append(source)
+        return parse_python(source)
+
+    for module in (code_debug, code_verifier, builtins):
+        monkeypatch.setattr(module, "parse_python", counting)
+    assert code_debug.check_code("def f():\n    return 1\n", "f") == ""
+    assert builtins.calculate("19 x 12") == 228
+    assert "print" in builtins._with_printed_last_expression("19*12")
+    assert code_verifier.expected_test_names("def test_a():\n    assert True\n") == ["test_a"]
+    assert parsed == ["def f():\n    return 1\n", "19*12", "19*12",
+                      "def test_a():\n    assert True\n"]
