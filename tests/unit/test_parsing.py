@@ -90,7 +90,7 @@ def test_runtime_parses_of_code_and_expressions_all_take_the_lock(monkeypatch) -
     verifier's test names) go through parse_python, so none races another thread's."""
     import agora.envs.code_debug as code_debug
     import agora.rewards.verifiers.code as code_verifier
-    import agora.tools.builtins as builtins
+    import agora.tools.builtins as tools
 
     parsed: list[str] = []
 
@@ -98,11 +98,11 @@ def test_runtime_parses_of_code_and_expressions_all_take_the_lock(monkeypatch) -
         parsed.append(source)
         return parse_python(source)
 
-    for module in (code_debug, code_verifier, builtins):
+    for module in (code_debug, code_verifier, tools):
         monkeypatch.setattr(module, "parse_python", counting)
     assert code_debug.check_code("def f():\n    return 1\n", "f") == ""
-    assert builtins.calculate("19 x 12") == 228
-    assert "print" in builtins._with_printed_last_expression("19*12")
+    assert tools.calculate("19 x 12") == 228
+    assert "print" in tools._with_printed_last_expression("19*12")
     assert code_verifier.expected_test_names("def test_a():\n    assert True\n") == ["test_a"]
     assert parsed == ["def f():\n    return 1\n", "19*12", "19*12",
                       "def test_a():\n    assert True\n"]
