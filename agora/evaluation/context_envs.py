@@ -38,7 +38,7 @@ from agora.config.run import RunConfig
 from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
 from agora.evaluation.seeds import held_out_seed
-from agora.evaluation.stats import mean_interval, rate
+from agora.evaluation.stats import mean_interval, paired_difference, rate
 from agora.evaluation.switching import seated_strategies
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.rollout.records import EpisodeRecord
@@ -116,6 +116,31 @@ def agent_metrics(records: list[EpisodeRecord], agent: str, env: str) -> dict[st
     if (success := REGISTRY[env].success_metric) in values:
         out["success"] = out[success]
     return out
+
+
+def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord], agent: str
+                   ) -> dict[str, dict[str, object]]:
+    """Per 0/1 metric of ``agent``, evaluated minus baseline paired by seed (episode i of both
+    lists played the same seed and partner): the difference's interval counts only the seeds
+    where the two policies disagree, so it separates effects the two rates' own intervals
+    cannot (agora.evaluation.stats.paired_difference)."""
+
+    def outcomes(records: list[EpisodeRecord]) -> dict[str, list[float | None]]:
+        out: dict[str, list[float | None]] = {}
+        for i, record in enumerate(records):
+            for key, value in dict(record.info.get("metrics") or {}).get(agent, {}).items():
+                if key in BINARY_METRICS:
+                    out.setdefault(key, [None] * len(records))[i] = float(value)
+        return out
+
+    a, b = outcomes(evaluated), outcomes(baseline)
+    paired = {}
+    for key in sorted(set(a) & set(b)):
+        seeds = [i for i, (x, y) in enumerate(zip(a[key], b[key], strict=True))
+                 if x is not None and y is not None]
+        paired[key] = paired_difference([a[key][i] == 1.0 for i in seeds],
+                                        [b[key][i] == 1.0 for i in seeds])
+    return paired
 
 
 def preference_body(ctx: EvalContext, a: EpisodeRecord, b: EpisodeRecord, learner: str

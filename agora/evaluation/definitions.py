@@ -61,7 +61,11 @@ DEFINITIONS: dict[str, str] = {
         "most common final answer among the k is right (no final answer = abstain; a tie goes "
         "to the answer given first). Means are over tasks x seats; the pass@1 interval counts "
         "all tasks x seats x k answers as trials (the k answers of a task are correlated, so it "
-        "is too narrow), pass@k and maj@k over tasks x seats."
+        "is too narrow), pass@k and maj@k over tasks x seats. *Paired by task*: per task, the "
+        "round's share of right answers (k discussions x seats), evaluated minus baseline; "
+        "mean over tasks with mean +- 1.96 x sd / sqrt(tasks), the task being the unit that "
+        "varies independently; *better / worse* = tasks where the evaluated policy's share is "
+        "higher / lower."
     ),
     "context": (
         "**Episodes (negotiation, story, code_debug, support, research).** The evaluated policy "
@@ -76,7 +80,11 @@ DEFINITIONS: dict[str, str] = {
         "rates; the others (utility, coherence, judge_score, story_score, preference, "
         "pass_rate, tool_accuracy, tool_calls) are means. *success* (task envs) = share of "
         "episodes whose task was done (code_debug: `solved`, every hidden test passes; support: "
-        "`task_success`, the team's final answer is right)."
+        "`task_success`, the team's final answer is right). *Paired by seed*: per 0/1 metric, "
+        "evaluated minus baseline over the seeds both played, with Newcombe's (1998) "
+        "square-and-add interval for paired proportions (its spread comes from the seeds "
+        "where the two disagree: *evaluated only* / *baseline only*), which separates a "
+        "difference the two rates' own intervals still overlap on."
     ),
     "preference": (
         "**Judge preference (story, negotiation, research).** Per seed, the judge service's "

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from agora.data import Task
 from agora.envs.discussion import Discussion, DiscussionTask
 from agora.evaluation.context import EvalContext
-from agora.evaluation.stats import majority_vote, pass_at_k, rate
+from agora.evaluation.stats import majority_vote, paired_mean_difference, pass_at_k, rate
 from agora.rewards.verifiers.math import MathVerdict, extract_final_answer, verify_math
 from agora.rewards.verifiers.nli import verify_nli
 from agora.rewards.verifiers.program import AnswerMode, last_program
@@ -144,6 +144,29 @@ def round_metrics(answers: list[list[list[list[Answer]]]], round_index: int, k: 
         "pass@j": [sum(pass_at_k(k, c, j) for c, _ in outcomes) / n if n else 0.0
                    for j in range(1, k + 1)],
     }
+
+
+def task_accuracy(answers: list[list[list[list[Answer]]]], round_index: int) -> list[float]:
+    """Per task, the share of right answers in one round over its k discussions and all seats:
+    the unit a paired comparison varies over (answers to one task are not independent)."""
+    out = []
+    for samples in answers:
+        given = [a for s in samples for a in s[round_index]]
+        out.append(sum(a.correct for a in given) / len(given) if given else 0.0)
+    return out
+
+
+def paired_rounds(evaluated: list[list[list[list[Answer]]]],
+                  baseline: list[list[list[list[Answer]]]]) -> dict[str, object]:
+    """Turn-1 and last-turn accuracy, evaluated minus baseline, paired by task (both policies
+    discussed the same tasks), with an interval over tasks: a gain shows here before the two
+    pass@1 intervals, which treat every answer as independent, stop overlapping."""
+    rounds = len(evaluated[0][0]) if evaluated and evaluated[0] else 0
+    if not rounds:
+        return {}
+    return {turn: paired_mean_difference(task_accuracy(evaluated, index),
+                                         task_accuracy(baseline, index))
+            for turn, index in (("turn1", 0), ("last", rounds - 1))}
 
 
 def discussion_report(answers: list[list[list[list[Answer]]]], k: int) -> dict[str, object]:

@@ -22,6 +22,16 @@ def pct(value: object) -> str:
     return f"{float(value):.1%}"
 
 
+def points(value: dict) -> str:
+    """A paired difference ``{difference, ci95}`` of rates, in percentage points:
+    ``+4.0 [+0.9, +7.1]``."""
+    text = f"{100 * value['difference']:+.1f}"
+    if value.get("ci95") is not None:
+        lo, hi = value["ci95"]
+        text += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return text
+
+
 def mean(value: object, digits: int = 2) -> str:
     """A mean dict ``{mean, n, ci95}`` as ``12.30 [11.10, 13.50]``."""
     if value is None:
@@ -84,6 +94,13 @@ def discussion_md(section: dict) -> list[str]:
             rows.append([f"{policy} ({result['label']})", label, pct(m["pass@1"]),
                          pct(m["pass@k"]), pct(m["maj@k"])])
     out += table(["policy", "round", "pass@1", f"pass@{k}", f"maj@{k}"], rows)
+    if section.get("paired"):
+        out += ["### Evaluated minus baseline, paired by task (percentage points)", ""]
+        out += table(["round", "difference [95%]", "tasks better / worse / level"], [
+            [label, points(d),
+             f"{d['better']} / {d['worse']} / {d['n'] - d['better'] - d['worse']}"]
+            for turn, label in (("turn1", "turn 1"), ("last", "last turn"))
+            if (d := section["paired"].get(turn))])
     return out
 
 
@@ -110,6 +127,14 @@ def context_md(section: dict) -> list[str]:
                                  *(mean(metrics.get(k)) if k != "legal_rate"
                                    else pct(metrics.get(k)) for k in keys)])
         out += table(["partner", "policy", "agent", *keys], sorted(rows, key=lambda r: r[0]))
+    paired_rows = [[agent, metric, points(d), str(d["evaluated_only"]), str(d["baseline_only"]),
+                    str(d["n"])]
+                   for agent, metrics in section.get("paired", {}).items()
+                   for metric, d in metrics.items()]
+    if paired_rows:
+        out += ["### Evaluated minus baseline, paired by seed (percentage points)", ""]
+        out += table(["agent", "metric", "difference [95%]", "evaluated only", "baseline only",
+                      "seeds"], paired_rows)
     pref = section.get("preference")
     if pref:
         out += ["## Judge preference: evaluated vs baseline", ""]

@@ -115,13 +115,15 @@ async def _discussion(ctx: EvalContext, target: EvalTarget, served: dict[Version
         raise EvalInputError("environment.task: the test split is empty")
     agents = evaluated_agents(target)
     section: dict = {"tasks": len(tasks), "k": options.k, "policies": {}}
+    answers = {}
     for policy, index in (("evaluated", 0), ("baseline", 1)):
         versions = {a: compared(target, a)[index] for a in agents}
-        answers = await discussion.sample_discussions(
+        answers[policy] = await discussion.sample_discussions(
             ctx, {a: served[v] for a, v in versions.items()}, tasks, options.k, label=policy)
         section["policies"][policy] = {
             "label": ", ".join(v.label for v in versions.values()),
-            **discussion.discussion_report(answers, options.k)}
+            **discussion.discussion_report(answers[policy], options.k)}
+    section["paired"] = discussion.paired_rounds(answers["evaluated"], answers["baseline"])
     return section
 
 
@@ -151,6 +153,9 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
             section["policies"][policy]["by_partner"] = {
                 partner: {a: context_envs.agent_metrics(group, a, env) for a in agents}
                 for partner, group in by_partner.items()}
+    section["paired"] = {a: context_envs.paired_metrics(records["evaluated"],
+                                                         records["baseline"], a)
+                         for a in agents}
     if cfg.environment.spec.judged:
         pref = await context_envs.judge_preference(ctx, records["evaluated"], records["baseline"],
                                                    learner)

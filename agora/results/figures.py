@@ -163,8 +163,10 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
     several = len(evaluated) > 1
     figures = []
     for agent, metrics in evaluated.items():
-        figures += metric_figures(baseline.get(agent, {}), metrics,
-                                  f"{agent}: " if several else "")
+        prefix = f"{agent}: " if several else ""
+        figures += metric_figures(baseline.get(agent, {}), metrics, prefix)
+        figures += [paired_figure(f"{prefix}{key}: latest - v0, paired by seed", diff)
+                    for key, diff in section.get("paired", {}).get(agent, {}).items()]
     if "preference" in section:
         preference = section["preference"]
         figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5),
@@ -175,11 +177,27 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
 
 def discussion_figures(section: dict) -> list[Figure]:
     """A discussion's held-out accuracy (pass@1 over every seat's answers) after turn 1 and
-    after the last turn, v0 (before) and latest (after)."""
+    after the last turn, v0 (before) and latest (after); then the same gains paired by task."""
     before, after = section["policies"]["baseline"], section["policies"]["evaluated"]
-    return [Figure(f"{label} accuracy", Estimate.of(before[key].get("pass@1")),
-                   Estimate.of(after[key].get("pass@1")))
-            for label, key in (("turn 1", "turn1"), ("last turn", "last"))]
+    turns = (("turn 1", "turn1"), ("last turn", "last"))
+    figures = [Figure(f"{label} accuracy", Estimate.of(before[key].get("pass@1")),
+                      Estimate.of(after[key].get("pass@1")))
+               for label, key in turns]
+    paired = section.get("paired", {})
+    return figures + [paired_figure(f"{label} accuracy: latest - v0, paired by task",
+                                    paired[key])
+                      for label, key in turns if key in paired]
+
+
+def paired_figure(name: str, diff: dict) -> Figure:
+    """A paired difference (agora.evaluation.stats.paired_difference / paired_mean_difference)
+    as a figure against a zero "before": its change reads ``up`` only when the difference's
+    own interval lies above zero, which happens long before the two rates' intervals part
+    when most seeds or tasks go the same way for both versions."""
+    ci = diff.get("ci95")
+    lo, hi = ci if ci else (None, None)
+    return Figure(name, Estimate(0.0, 0.0, 0.0),
+                  Estimate(float(diff["difference"]), lo, hi, diff.get("n")))
 
 
 def judge_quality_figures(preference: dict) -> list[Figure]:

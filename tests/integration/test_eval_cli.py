@@ -419,6 +419,12 @@ def test_eval_discussion_pass_at_k_and_majority_per_round(tmp_path, vllm_tiny, l
             assert m["pass@k"]["rate"] >= m["pass@1"]["rate"]
             assert m["pass@j"] == sorted(m["pass@j"]) and len(m["pass@j"]) == 3
     assert "| pass@1 | pass@3 | maj@3 |" in md and "unbiased estimator" in md
+    # Both policies answer every task alike, so paired by task they never differ.
+    for turn in ("turn1", "last"):
+        paired = section["paired"][turn]
+        assert paired["n"] == len(tasks) and paired["difference"] == 0.0
+        assert paired["better"] == paired["worse"] == 0
+    assert "| last turn | +0.0 [+0.0, +0.0] | 0 / 0 / 4 |" in md
 
 
 # --------------------------------------------------------------------------- judged / task envs
@@ -538,7 +544,14 @@ def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_
         assert 0.25 <= metrics["pass_rate"]["mean"] < 1.0
     assert "preference" not in report["sections"]["episodes"]  # not a judged env
     assert "| solved | success |" in md
-    solved_figure = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}[
-        "solved"]
+    # The same seed is solved by both versions (the prefill), the others by neither.
+    paired = report["sections"]["episodes"]["paired"]["fixer"]["solved"]
+    assert (paired["n"], paired["both"], paired["neither"], paired["difference"]) == (4, 1, 3, 0)
+    assert "| fixer | solved | +0.0 [" in md
+    figures = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}
+    solved_figure = figures["solved"]
+    gain = figures["solved: latest - v0, paired by seed"]
+    assert (gain.before.value, gain.after.value, gain.after.n) == (0.0, 0.0, 4)
+    assert gain.after.lo < 0.0 < gain.after.hi
     assert solved_figure.before.value == solved_figure.after.value == pytest.approx(0.25)
     assert solved_figure.after.n == 4 and solved_figure.share

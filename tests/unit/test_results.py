@@ -527,11 +527,24 @@ def test_train_eval_figures_of_a_discussion_are_its_held_out_accuracy(tmp_path):
                 "turn1": {"pass@1": rate(turn1, 100)}, "last": {"pass@1": rate(last, 100)}}
 
     path = tmp_path / "eval.json"
-    path.write_text(json.dumps({"sections": {"discussion": {
-        "tasks": 50, "k": 1, "policies": {"evaluated": policy(30, 40),
-                                          "baseline": policy(10, 12)}}}}))
+    section = {"tasks": 50, "k": 1, "policies": {"evaluated": policy(30, 40),
+                                                 "baseline": policy(10, 12)}}
+    path.write_text(json.dumps({"sections": {"discussion": section}}))
     figures = {f.name: f for f in train_eval_figures(path)}
-    assert set(figures) == {"turn 1 accuracy", "last turn accuracy"}
+    assert set(figures) == {"turn 1 accuracy", "last turn accuracy"}  # an eval.json of before
     last = figures["last turn accuracy"]
     assert (last.before.value, last.after.value, last.after.n) == (0.12, 0.4, 100)
     assert last.after.lo < 0.4 < last.after.hi and last.share
+
+    # With the paired section: the gains against zero, "up" only when their interval is.
+    from agora.results.report import change
+
+    section["paired"] = {
+        "turn1": {"difference": 0.02, "ci95": [-0.01, 0.05], "n": 50, "better": 5, "worse": 3},
+        "last": {"difference": 0.28, "ci95": [0.2, 0.36], "n": 50, "better": 30, "worse": 2}}
+    path.write_text(json.dumps({"sections": {"discussion": section}}))
+    figures = {f.name: f for f in train_eval_figures(path)}
+    gain = figures["last turn accuracy: latest - v0, paired by task"]
+    assert (gain.before.value, gain.after.value, gain.after.lo, gain.after.n) == (0, 0.28, 0.2, 50)
+    assert change(gain) == "up"
+    assert change(figures["turn 1 accuracy: latest - v0, paired by task"]) == "within noise"

@@ -1,0 +1,141 @@
+"""Paired comparisons in `agora eval`: evaluated minus baseline on the same seeds or tasks.
+
+The interval formulas are checked against a published value and by simulation (coverage of
+the true difference), the eval sections by the numbers they compute from known outcomes, and
+the report by the table it writes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from agora.evaluation.context_envs import paired_metrics
+from agora.evaluation.discussion import Answer, paired_rounds, task_accuracy
+from agora.evaluation.report import context_md, discussion_md
+from agora.evaluation.stats import paired_difference, paired_mean_difference, wilson
+from agora.rollout.records import EpisodeRecord
+
+CELLS = [(True, True), (True, False), (False, True), (False, False)]
+
+
+def table_outcomes(both: int, evaluated_only: int, baseline_only: int, neither: int
+                   ) -> tuple[list[bool], list[bool]]:
+    pairs = ([CELLS[0]] * both + [CELLS[1]] * evaluated_only + [CELLS[2]] * baseline_only
+             + [CELLS[3]] * neither)
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def test_paired_difference_matches_newcombes_published_interval():
+    # Newcombe's square-and-add interval for the paired table [[59, 6], [16, 80]], as the
+    # contingency-table literature reports it: -0.0621 (-0.1186 to -0.0046).
+    result = paired_difference(*table_outcomes(59, 6, 16, 80))
+    assert result["difference"] == pytest.approx(-10 / 161)
+    lo, hi = result["ci95"]
+    assert lo == pytest.approx(-0.1186, abs=5e-5) and hi == pytest.approx(-0.0046, abs=5e-5)
+    assert (result["both"], result["evaluated_only"], result["baseline_only"],
+            result["neither"], result["n"]) == (59, 6, 16, 80, 161)
+
+
+def independent_half_widths(evaluated: list[bool], baseline: list[bool]) -> float:
+    """The same square-and-add interval's width with the correlation left out (phi = 0)."""
+    n = len(evaluated)
+    p1, p2 = sum(evaluated) / n, sum(baseline) / n
+    (l1, u1), (l2, u2) = wilson(sum(evaluated), n), wilson(sum(baseline), n)
+    return math.hypot(p1 - l1, u2 - p2) + math.hypot(p2 - l2, u1 - p1)
+
+
+def test_paired_interval_covers_the_true_difference_95_percent_and_is_narrower_than_unpaired():
+    # Correlated outcomes, as two versions of one policy on the same seeds: most seeds are
+    # solved by both or by neither. True difference 0.10 - 0.05 = +0.05.
+    rng = random.Random(0)
+    probs = [0.35, 0.10, 0.05, 0.50]
+    sims, n, covered, paired_width, unpaired_width = 1000, 200, 0, 0.0, 0.0
+    for _ in range(sims):
+        pairs = rng.choices(CELLS, probs, k=n)
+        evaluated, baseline = [a for a, _ in pairs], [b for _, b in pairs]
+        lo, hi = paired_difference(evaluated, baseline)["ci95"]
+        covered += lo <= 0.05 <= hi
+        paired_width += hi - lo
+        unpaired_width += independent_half_widths(evaluated, baseline)
+    # Ignoring the correlation covers 99.9% here (too wide); the paired interval is near 95%.
+    assert 0.93 <= covered / sims <= 0.975
+    assert paired_width < 0.6 * unpaired_width
+
+
+def test_paired_difference_edge_cases_are_clear():
+    same = paired_difference([True, False, True], [True, False, True])
+    assert same["difference"] == 0.0 and same["ci95"][0] < 0.0 < same["ci95"][1]
+    everything = paired_difference([True] * 30, [False] * 30)
+    assert everything["difference"] == 1.0 and 0.8 < everything["ci95"][0] <= 1.0
+    assert everything["ci95"][1] == 1.0
+    assert paired_difference([], [])["ci95"] is None
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_difference([True, False], [True])
+
+
+def test_paired_mean_difference_is_over_units_and_counts_better_and_worse():
+    result = paired_mean_difference([0.5, 1.0, 0.25, 0.0], [0.25, 0.5, 0.25, 0.25])
+    assert result["difference"] == pytest.approx((0.25 + 0.5 + 0.0 - 0.25) / 4)
+    assert (result["better"], result["worse"], result["n"]) == (2, 1, 4)
+    lo, hi = result["ci95"]
+    assert -1.0 <= lo < result["difference"] < hi <= 1.0
+    with pytest.raises(ValueError):
+        paired_mean_difference([0.5], [])
+
+
+def record(seed: int, solved: float | None) -> EpisodeRecord:
+    metrics = {"fixer": {"pass_rate": 0.5}} if solved is None else {
+        "fixer": {"solved": solved, "pass_rate": 0.5}}
+    return EpisodeRecord(run_id="r", episode_id=f"e{seed}", env="code_debug", seed=seed,
+                         seats=["fixer"], info={"metrics": metrics})
+
+
+def test_paired_metrics_pair_episodes_by_seed_and_skip_seeds_one_side_lacks():
+    evaluated = [record(i, s) for i, s in enumerate([1.0, 1.0, 0.0, 1.0, None])]
+    baseline = [record(i, s) for i, s in enumerate([1.0, 0.0, 0.0, 0.0, 1.0])]
+    paired = paired_metrics(evaluated, baseline, "fixer")
+    assert set(paired) == {"solved"}  # pass_rate is a mean, not a 0/1 outcome
+    solved = paired["solved"]
+    assert (solved["n"], solved["both"], solved["evaluated_only"], solved["baseline_only"],
+            solved["neither"]) == (4, 1, 2, 0, 1)
+    assert solved["difference"] == pytest.approx(0.5)
+
+
+def test_discussion_accuracy_is_paired_by_task_over_samples_and_seats():
+    right, wrong = Answer(True, 1), Answer(False, 2)
+    # answers[task][sample][round][seat]: 2 tasks, k = 2, 2 rounds, 2 seats.
+    evaluated = [[[[wrong, wrong], [right, right]], [[right, wrong], [right, right]]],
+                 [[[wrong, wrong], [wrong, right]], [[wrong, wrong], [wrong, wrong]]]]
+    baseline = [[[[wrong, wrong], [wrong, wrong]], [[right, wrong], [right, wrong]]],
+                [[[wrong, wrong], [wrong, wrong]], [[wrong, wrong], [wrong, wrong]]]]
+    assert task_accuracy(evaluated, 1) == [1.0, 0.25]
+    assert task_accuracy(baseline, 1) == [0.25, 0.0]
+    paired = paired_rounds(evaluated, baseline)
+    assert paired["turn1"]["difference"] == 0.0
+    assert paired["last"]["difference"] == pytest.approx((0.75 + 0.25) / 2)
+    assert (paired["last"]["better"], paired["last"]["worse"]) == (2, 0)
+
+
+def test_eval_markdown_shows_the_paired_tables():
+    rate = {"rate": 0.5, "n": 4, "ci95": [0.2, 0.8]}
+    context = {"episodes": 4, "policies": {
+        "evaluated": {"labels": {"fixer": "fixer@v3"}, "agents": {"fixer": {"solved": rate}}},
+        "baseline": {"labels": {"fixer": "fixer@v0"}, "agents": {"fixer": {"solved": rate}}}},
+        "paired": {"fixer": {"solved": {"difference": 0.04, "ci95": [0.009, 0.071], "n": 300,
+                                        "evaluated_only": 20, "baseline_only": 8,
+                                        "both": 100, "neither": 172}}}}
+    text = "\n".join(context_md(context))
+    assert "paired by seed" in text
+    assert "| fixer | solved | +4.0 [+0.9, +7.1] | 20 | 8 | 300 |" in text
+    metrics = {"pass@1": rate, "pass@k": rate, "maj@k": rate}
+    discussion = {"tasks": 2, "k": 2, "policies": {
+        "evaluated": {"label": "a@v1", "turn1": metrics, "last": metrics}},
+        "paired": {"turn1": {"difference": 0.0, "ci95": [-0.1, 0.1], "n": 2, "better": 0,
+                             "worse": 0},
+                   "last": {"difference": 0.5, "ci95": None, "n": 2, "better": 2, "worse": 0}}}
+    text = "\n".join(discussion_md(discussion))
+    assert "| turn 1 | +0.0 [-10.0, +10.0] | 0 / 0 / 2 |" in text
+    assert "| last turn | +50.0 | 2 / 0 / 0 |" in text
