@@ -38,7 +38,12 @@ from agora.config.run import RunConfig
 from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
 from agora.evaluation.seeds import held_out_seed
-from agora.evaluation.stats import mean_interval, paired_difference, rate
+from agora.evaluation.stats import (
+    mean_interval,
+    paired_difference,
+    paired_mean_difference,
+    rate,
+)
 from agora.evaluation.switching import seated_strategies
 from agora.judge.schemas import MAX_CANDIDATE_CHARS, MAX_CONTEXT_CHARS
 from agora.rollout.records import EpisodeRecord
@@ -118,12 +123,40 @@ def agent_metrics(records: list[EpisodeRecord], agent: str, env: str) -> dict[st
     return out
 
 
+# Where an env draws each seed's task from a finite set, the info key that names it: code
+# debugging's function, the help desk's and research's question, the story's premise.
+TASK_KEYS = ("problem_id", "task_id", "question_id", "premise")
+
+
+def task_of(record: EpisodeRecord) -> str | None:
+    """The task an episode posed (its problem, question or premise, and the partner strategy
+    it met), or None where every seed makes a task of its own (a game, a negotiation's pool)."""
+    for key in TASK_KEYS:
+        if key in record.info:
+            return f"{record.info[key]}|{partner_of(record)}"
+    return None
+
+
+def outcome_row(record: EpisodeRecord) -> dict[str, object]:
+    """One evaluation episode as eval.json keeps it: its seed, task, partner strategy, and per
+    agent its metrics and reward."""
+    return {"seed": record.seed, "task": task_of(record), "partner": partner_of(record),
+            "metrics": dict(record.info.get("metrics") or {}), "rewards": dict(record.rewards)}
+
+
 def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord], agent: str
                    ) -> dict[str, dict[str, object]]:
-    """Per 0/1 metric of ``agent``, evaluated minus baseline paired by seed (episode i of both
-    lists played the same seed and partner): the difference's interval counts only the seeds
-    where the two policies disagree, so it separates effects the two rates' own intervals
-    cannot (agora.evaluation.stats.paired_difference)."""
+    """Per 0/1 metric of ``agent``, evaluated minus baseline over the seeds both played
+    (episode i of both lists played the same seed and partner).
+
+    The unit the difference varies over is the seed, unless seeds repeat tasks: 300 seeds of
+    code debugging pose 23 held-out functions x 2 author strategies = 46 tasks, and a task's
+    repeats are not independent draws (decoded greedily they are the same answer six times),
+    so an interval over seeds would be far too narrow. Then the unit is the task: per task,
+    the evaluated rate minus the baseline's over its seeds, and the mean over tasks with an
+    interval over tasks (``paired_mean_difference``), beside each version's own rate over
+    tasks. Otherwise Newcombe's interval over seeds (``paired_difference``), whose spread
+    comes from the seeds where the two disagree."""
 
     def outcomes(records: list[EpisodeRecord]) -> dict[str, list[float | None]]:
         out: dict[str, list[float | None]] = {}
@@ -134,13 +167,36 @@ def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord]
         return out
 
     a, b = outcomes(evaluated), outcomes(baseline)
-    paired = {}
+    tasks = [task_of(record) for record in evaluated]
+    paired: dict[str, dict[str, object]] = {}
     for key in sorted(set(a) & set(b)):
         seeds = [i for i, (x, y) in enumerate(zip(a[key], b[key], strict=True))
                  if x is not None and y is not None]
-        paired[key] = paired_difference([a[key][i] == 1.0 for i in seeds],
-                                        [b[key][i] == 1.0 for i in seeds])
+        seed_tasks = [tasks[i] for i in seeds]
+        if seeds and None not in seed_tasks and len(set(seed_tasks)) < len(seeds):
+            paired[key] = paired_by_task([a[key][i] for i in seeds], [b[key][i] for i in seeds],
+                                         [str(t) for t in seed_tasks])
+        else:
+            paired[key] = {**paired_difference([a[key][i] == 1.0 for i in seeds],
+                                               [b[key][i] == 1.0 for i in seeds]),
+                           "unit": "seed", "seeds": len(seeds)}
     return paired
+
+
+def paired_by_task(evaluated: list[float | None], baseline: list[float | None],
+                   tasks: list[str]) -> dict[str, object]:
+    """Per-seed 0/1 outcomes of both versions grouped by task: the mean over tasks of
+    (evaluated rate - baseline rate), and each version's rate as a mean over tasks."""
+    by_task: dict[str, tuple[list[float], list[float]]] = {}
+    for x, y, task in zip(evaluated, baseline, tasks, strict=True):
+        mine, theirs = by_task.setdefault(task, ([], []))
+        mine.append(float(x or 0.0))
+        theirs.append(float(y or 0.0))
+    rates = [(sum(x) / len(x), sum(y) / len(y)) for x, y in by_task.values()]
+    return {**paired_mean_difference([x for x, _ in rates], [y for _, y in rates]),
+            "unit": "task", "seeds": len(tasks),
+            "evaluated": mean_interval([x for x, _ in rates], 0.0, 1.0),
+            "baseline": mean_interval([y for _, y in rates], 0.0, 1.0)}
 
 
 def preference_body(ctx: EvalContext, a: EpisodeRecord, b: EpisodeRecord, learner: str

@@ -32,6 +32,19 @@ def points(value: dict) -> str:
     return text
 
 
+def paired_counts(diff: dict) -> list[str]:
+    """A paired difference's units where each version did better, what it was paired over,
+    and (paired by task) each version's rate as a mean over tasks."""
+    if diff.get("unit") == "task":
+        rates = " / ".join(pct({"rate": diff[side]["mean"], "ci95": diff[side]["ci95"]})
+                           if diff[side]["ci95"] else f"{diff[side]['mean']:.1%}"
+                           for side in ("evaluated", "baseline"))
+        return [f"{diff['better']} tasks", f"{diff['worse']} tasks",
+                f"{diff['n']} tasks ({diff['seeds']} seeds)", rates]
+    return [f"{diff['evaluated_only']} seeds", f"{diff['baseline_only']} seeds",
+            f"{diff['n']} seeds", "-"]
+
+
 def mean(value: object, digits: int = 2) -> str:
     """A mean dict ``{mean, n, ci95}`` as ``12.30 [11.10, 13.50]``."""
     if value is None:
@@ -127,14 +140,21 @@ def context_md(section: dict) -> list[str]:
                                  *(mean(metrics.get(k)) if k != "legal_rate"
                                    else pct(metrics.get(k)) for k in keys)])
         out += table(["partner", "policy", "agent", *keys], sorted(rows, key=lambda r: r[0]))
-    paired_rows = [[agent, metric, points(d), str(d["evaluated_only"]), str(d["baseline_only"]),
-                    str(d["n"])]
+    paired_rows = [[agent, metric, points(d), *paired_counts(d)]
                    for agent, metrics in section.get("paired", {}).items()
                    for metric, d in metrics.items()]
     if paired_rows:
-        out += ["### Evaluated minus baseline, paired by seed (percentage points)", ""]
-        out += table(["agent", "metric", "difference [95%]", "evaluated only", "baseline only",
-                      "seeds"], paired_rows)
+        out += ["### Evaluated minus baseline, paired (percentage points)", ""]
+        out += table(["agent", "metric", "difference [95%]", "evaluated better",
+                      "baseline better", "paired over", "rates over tasks (evaluated / baseline)"],
+                     paired_rows)
+        tasks = {d["n"] for metrics in section["paired"].values() for d in metrics.values()
+                 if d.get("unit") == "task"}
+        if tasks:
+            out += [f"The {section['episodes']} seeds pose {max(tasks)} distinct tasks (a "
+                    "problem or question and the partner's strategy), each several times: the "
+                    "intervals of the tables above count seeds and are too narrow; the rates "
+                    "over tasks here are the ones to read.", ""]
     pref = section.get("preference")
     if pref:
         out += ["## Judge preference: evaluated vs baseline", ""]

@@ -146,6 +146,9 @@ async def _episodes(ctx: EvalContext, target: EvalTarget, served: dict[Version, 
             "labels": {a: v.label for a, v in versions.items()},
             "agents": {a: context_envs.agent_metrics(records[policy], a, env) for a in agents},
         }
+        # Each episode's outcome, so a reader can re-pair or re-cut them without replaying.
+        section.setdefault("outcomes", {})[policy] = [context_envs.outcome_row(r)
+                                                      for r in records[policy]]
         if any(len(names) > 1 for names in partners.values()):  # a switching partner
             by_partner: dict[str, list] = {}
             for record in records[policy]:

@@ -150,6 +150,14 @@ def metric_figures(before: dict, after: dict, prefix: str = "") -> list[Figure]:
     return figures
 
 
+def over_tasks(metrics: dict, paired: dict, side: str) -> dict:
+    """``metrics`` with each 0/1 metric that was paired by task (its seeds repeat tasks) read
+    as its rate over tasks, whose interval counts tasks: the Wilson interval over seeds takes
+    a task's repeats for independent outcomes and would call noise a gain."""
+    return {**metrics, **{key: diff[side] for key, diff in paired.items()
+                          if diff.get("unit") == "task" and key in metrics}}
+
+
 def train_eval_figures(eval_json: Path) -> list[Figure]:
     """``agora eval``'s episodes section: each agent's metrics, latest vs v0, and the judge's
     preference for the latest (after; 0.5 is no preference); for a discussion, its held-out
@@ -164,9 +172,12 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
     figures = []
     for agent, metrics in evaluated.items():
         prefix = f"{agent}: " if several else ""
-        figures += metric_figures(baseline.get(agent, {}), metrics, prefix)
-        figures += [paired_figure(f"{prefix}{key}: latest - v0, paired by seed", diff)
-                    for key, diff in section.get("paired", {}).get(agent, {}).items()]
+        paired = section.get("paired", {}).get(agent, {})
+        figures += metric_figures(over_tasks(baseline.get(agent, {}), paired, "baseline"),
+                                  over_tasks(metrics, paired, "evaluated"), prefix)
+        figures += [paired_figure(f"{prefix}{key}: latest - v0, paired by "
+                                  f"{diff.get('unit', 'seed')}", diff)
+                    for key, diff in paired.items()]
     if "preference" in section:
         preference = section["preference"]
         figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5),

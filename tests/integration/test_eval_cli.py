@@ -547,6 +547,15 @@ def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_
     # The same seed is solved by both versions (the prefill), the others by neither.
     paired = report["sections"]["episodes"]["paired"]["fixer"]["solved"]
     assert (paired["n"], paired["both"], paired["neither"], paired["difference"]) == (4, 1, 3, 0)
+    # Four distinct held-out problems: no task repeats, so the pairing's unit is the seed.
+    assert paired["unit"] == "seed"
+    # Each episode's outcome is kept: seed, task (problem | partner), metrics per agent.
+    outcomes = report["sections"]["episodes"]["outcomes"]
+    for policy in ("evaluated", "baseline"):
+        rows = outcomes[policy]
+        assert [r["seed"] for r in rows] == [held_out_seed(0, i) for i in range(4)]
+        assert [r["metrics"]["fixer"]["solved"] for r in rows] == [1.0, 0.0, 0.0, 0.0]
+        assert rows[0]["task"] == f"{solved.problem_id}|"
     assert "| fixer | solved | +0.0 [" in md
     figures = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}
     solved_figure = figures["solved"]

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from agora.evaluation.context_envs import paired_metrics
+from agora.evaluation.context_envs import paired_by_task, paired_metrics, task_of
 from agora.evaluation.discussion import Answer, paired_rounds, task_accuracy
 from agora.evaluation.report import context_md, discussion_md
 from agora.evaluation.stats import paired_difference, paired_mean_difference, wilson
@@ -104,6 +104,41 @@ def test_paired_metrics_pair_episodes_by_seed_and_skip_seeds_one_side_lacks():
     assert solved["difference"] == pytest.approx(0.5)
 
 
+def coded(seed: int, problem: str, solved: float) -> EpisodeRecord:
+    """A code_debug record of ``problem``, the author on the strategy of seed parity."""
+    author = "bot:context:author/" + ("buggy_author" if seed % 2 else "reference_author")
+    return EpisodeRecord(run_id="r", episode_id=f"e{seed}", env="code_debug", seed=seed,
+                         seats=[author, "fixer"], info={"problem_id": problem,
+                                                        "metrics": {"fixer": {"solved": solved}}})
+
+
+def test_seeds_that_repeat_a_task_are_paired_by_task_not_by_seed():
+    # 12 seeds over 3 problems x 2 author strategies = 6 tasks, each played twice alike (what
+    # greedy decoding does): the seeds are not 12 independent outcomes.
+    problems = ["p0", "p1", "p2"]
+    tasks = [(problems[i % 3], i) for i in range(12)]
+    evaluated = [coded(i, p, 1.0 if p == "p0" else 0.0) for p, i in tasks]
+    baseline = [coded(i, p, 0.0) for p, i in tasks]
+    solved = paired_metrics(evaluated, baseline, "fixer")["solved"]
+    assert (solved["unit"], solved["n"], solved["seeds"]) == ("task", 6, 12)
+    assert solved["difference"] == pytest.approx(2 / 6)
+    assert (solved["better"], solved["worse"]) == (2, 0)
+    assert solved["evaluated"]["mean"] == pytest.approx(2 / 6)
+    assert solved["baseline"]["mean"] == 0.0
+    by_seed = paired_difference([r.info["metrics"]["fixer"]["solved"] == 1.0 for r in evaluated],
+                                [False] * 12)
+    # Over the 6 tasks the interval is wider than the one that takes 12 seeds as independent.
+    task_width = solved["ci95"][1] - solved["ci95"][0]
+    assert task_width > by_seed["ci95"][1] - by_seed["ci95"][0]
+    # A task of each seed's own (no repeats): paired by seed, Newcombe's interval.
+    unique = paired_metrics([coded(i, f"q{i}", 1.0) for i in range(4)],
+                            [coded(i, f"q{i}", 0.0) for i in range(4)], "fixer")["solved"]
+    assert (unique["unit"], unique["n"], unique["evaluated_only"]) == ("seed", 4, 4)
+    # The partner strategy is part of the task: p0 under both authors is two tasks.
+    assert task_of(coded(0, "p0", 1.0)) != task_of(coded(1, "p0", 1.0))
+    assert task_of(record(0, 1.0)) is None  # no problem named: every seed its own
+
+
 def test_discussion_accuracy_is_paired_by_task_over_samples_and_seats():
     right, wrong = Answer(True, 1), Answer(False, 2)
     # answers[task][sample][round][seat]: 2 tasks, k = 2, 2 rounds, 2 seats.
@@ -128,8 +163,14 @@ def test_eval_markdown_shows_the_paired_tables():
                                         "evaluated_only": 20, "baseline_only": 8,
                                         "both": 100, "neither": 172}}}}
     text = "\n".join(context_md(context))
-    assert "paired by seed" in text
-    assert "| fixer | solved | +4.0 [+0.9, +7.1] | 20 | 8 | 300 |" in text
+    assert "paired (percentage points)" in text
+    assert "| fixer | solved | +4.0 [+0.9, +7.1] | 20 seeds | 8 seeds | 300 seeds | - |" in text
+    by_task = paired_by_task([1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], ["a", "a", "b", "b"])
+    context["paired"]["fixer"]["solved"] = by_task
+    text = "\n".join(context_md(context))
+    assert ("| fixer | solved | +25.0 [-24.0, +74.0] | 1 tasks | 0 tasks | 2 tasks (4 seeds) | "
+            "50.0% [0.0%, 100.0%] / 25.0% [0.0%, 74.0%] |") in text
+    assert "The 4 seeds pose 2 distinct tasks" in text
     metrics = {"pass@1": rate, "pass@k": rate, "maj@k": rate}
     discussion = {"tasks": 2, "k": 2, "policies": {
         "evaluated": {"label": "a@v1", "turn1": metrics, "last": metrics}},

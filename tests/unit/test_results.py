@@ -548,3 +548,34 @@ def test_train_eval_figures_of_a_discussion_are_its_held_out_accuracy(tmp_path):
     assert (gain.before.value, gain.after.value, gain.after.lo, gain.after.n) == (0, 0.28, 0.2, 50)
     assert change(gain) == "up"
     assert change(figures["turn 1 accuracy: latest - v0, paired by task"]) == "within noise"
+
+
+def test_episode_metrics_paired_by_task_are_read_over_tasks(tmp_path):
+    """Where seeds repeat tasks (code_debug's 300 seeds over 46), the figure of a 0/1 metric
+    takes its rate over tasks, so a gain that the seeds' Wilson intervals call clear but the
+    tasks do not reads within noise."""
+    from agora.evaluation.stats import mean_interval, rate
+    from agora.results.figures import train_eval_figures
+    from agora.results.report import change
+
+    def policy(solved: int) -> dict:
+        return {"labels": {"fixer": "fixer"},
+                "agents": {"fixer": {"solved": rate(solved, 300), "success": rate(solved, 300)}}}
+
+    section = {"episodes": 300, "policies": {"evaluated": policy(165), "baseline": policy(120)}}
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"sections": {"episodes": section}}))
+    figures = {f.name: f for f in train_eval_figures(path)}
+    assert change(figures["solved"]) == "up"  # 55% vs 40% of 300 independent seeds
+    evaluated = mean_interval([1.0] * 6 + [0.0] * 4 + [0.5])  # 11 tasks
+    baseline = mean_interval([1.0] * 4 + [0.0] * 6 + [0.5])
+    section["paired"] = {"fixer": {"solved": {
+        "difference": 0.18, "ci95": [-0.05, 0.41], "n": 11, "better": 3, "worse": 1,
+        "unit": "task", "seeds": 300, "evaluated": evaluated, "baseline": baseline}}}
+    path.write_text(json.dumps({"sections": {"episodes": section}}))
+    figures = {f.name: f for f in train_eval_figures(path)}
+    solved = figures["solved"]
+    assert (solved.after.n, solved.before.n) == (11, 11)
+    assert solved.after.value == pytest.approx(evaluated["mean"])
+    assert change(solved) == "within noise"
+    assert change(figures["solved: latest - v0, paired by task"]) == "within noise"
