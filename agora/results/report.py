@@ -72,7 +72,9 @@ def markdown(outcomes: list[dict], plan_path: Path, made_on: str) -> str:
         "# Learning results", "",
         f"`agora results {plan_path}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({made_on}).",
         "Intervals are 95% (Wilson for rates, normal for means). *change*: **up** / **down** "
-        "when the after interval lies wholly above / below the before one.", "",
+        "when the after interval lies wholly above / below the before one. A target against "
+        "`before` is met beyond noise when the paired difference's interval (the same seeds "
+        "or tasks for both versions) excludes zero, where the evaluation paired them.", "",
         "## Targets", "",
         _row(["recipe", "figure", "before", "after", "target", "met"]),
         "|---|---|---|---|---|---|",

@@ -224,6 +224,15 @@ def check(target: Target, figures: list[Figure]) -> dict:
         hi = reference.hi if reference.hi is not None else bound
     if after.lo is not None and after.hi is not None:
         result["clear"] = after.lo > hi if target.higher_is_better else after.hi < lo
+    # Against its own before, where both versions played the same seeds or tasks, the paired
+    # difference's interval says whether the change is beyond noise: the two intervals apart
+    # ask for more than that (and where seeds repeat tasks they are intervals over tasks).
+    paired = next((f for f in figures if target.other == "before"
+                   and f.name.startswith(f"{target.figure}: latest - v0, paired by ")), None)
+    if paired is not None and paired.after.lo is not None and paired.after.hi is not None:
+        result["clear"] = (paired.after.lo > 0 if target.higher_is_better
+                           else paired.after.hi < 0)
+        result["clear_by"] = paired.name
     return result
 
 

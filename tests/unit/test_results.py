@@ -303,6 +303,18 @@ def test_targets_are_held_against_the_after_value_and_its_interval():
     missing = check(Target.parse("draws > 0.3"), figures)
     assert missing["met"] is None and "no figure 'draws'" in missing["why"]
     assert check(Target.parse("wins > nothing"), figures)["met"] is None
+    # Against its own before, a paired difference decides whether the change is clear: the
+    # two intervals of `flat` overlap, its paired gain lies above zero (the seeds agree).
+    paired = Figure("flat: latest - v0, paired by seed", Estimate(0.0, 0.0, 0.0),
+                    Estimate(0.02, 0.005, 0.035, 200))
+    noise_paired = check(Target.parse("flat > before"), [*figures, paired])
+    assert noise_paired["met"] and noise_paired["clear"]
+    assert noise_paired["clear_by"] == "flat: latest - v0, paired by seed"
+    # ... and a paired interval that reaches below zero is not clear, however far apart the
+    # two rates' own intervals are.
+    paired_wins = Figure("wins: latest - v0, paired by task", Estimate(0.0, 0.0, 0.0),
+                         Estimate(0.55, -0.02, 0.9, 11))
+    assert check(Target.parse("wins > before"), [*figures, paired_wins])["clear"] is False
 
 
 def test_change_says_up_or_down_only_beyond_both_intervals():
