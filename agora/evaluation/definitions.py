@@ -89,8 +89,8 @@ DEFINITIONS: dict[str, str] = {
         "support and research: a question; story: a premise): per task, the evaluated rate "
         "minus the baseline's, the mean over tasks with a normal interval over tasks, since "
         "a task's repeats are not independent (decoded greedily they are one answer). The "
-        "rates' own Wilson intervals above count seeds, so where tasks repeat they are too "
-        "narrow: read the rates over tasks of the paired table."
+        "rates' Wilson intervals of the episodes table count seeds, so where tasks repeat they are "
+        "too narrow: read the rates over tasks of the paired table."
     ),
     "preference": (
         "**Judge preference (story, negotiation, research).** Per seed, the judge service's "
