@@ -174,7 +174,8 @@ def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord]
                  if x is not None and y is not None]
         seed_tasks = [tasks[i] for i in seeds]
         if seeds and None not in seed_tasks and len(set(seed_tasks)) < len(seeds):
-            paired[key] = paired_by_task([a[key][i] for i in seeds], [b[key][i] for i in seeds],
+            paired[key] = paired_by_task([float(a[key][i] or 0.0) for i in seeds],
+                                         [float(b[key][i] or 0.0) for i in seeds],
                                          [str(t) for t in seed_tasks])
         else:
             paired[key] = {**paired_difference([a[key][i] == 1.0 for i in seeds],
@@ -183,15 +184,15 @@ def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord]
     return paired
 
 
-def paired_by_task(evaluated: list[float | None], baseline: list[float | None],
+def paired_by_task(evaluated: list[float], baseline: list[float],
                    tasks: list[str]) -> dict[str, object]:
     """Per-seed 0/1 outcomes of both versions grouped by task: the mean over tasks of
     (evaluated rate - baseline rate), and each version's rate as a mean over tasks."""
     by_task: dict[str, tuple[list[float], list[float]]] = {}
     for x, y, task in zip(evaluated, baseline, tasks, strict=True):
         mine, theirs = by_task.setdefault(task, ([], []))
-        mine.append(float(x or 0.0))
-        theirs.append(float(y or 0.0))
+        mine.append(float(x))
+        theirs.append(float(y))
     rates = [(sum(x) / len(x), sum(y) / len(y)) for x, y in by_task.values()]
     return {**paired_mean_difference([x for x, _ in rates], [y for _, y in rates]),
             "unit": "task", "seeds": len(tasks),

@@ -175,8 +175,7 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
         paired = section.get("paired", {}).get(agent, {})
         figures += metric_figures(over_tasks(baseline.get(agent, {}), paired, "baseline"),
                                   over_tasks(metrics, paired, "evaluated"), prefix)
-        figures += [paired_figure(f"{prefix}{key}: latest - v0, paired by "
-                                  f"{diff.get('unit', 'seed')}", diff)
+        figures += [paired_figure(f"{prefix}{key}{PAIRED_BY}{diff.get('unit', 'seed')}", diff)
                     for key, diff in paired.items()]
     if "preference" in section:
         preference = section["preference"]
@@ -195,9 +194,14 @@ def discussion_figures(section: dict) -> list[Figure]:
                       Estimate.of(after[key].get("pass@1")))
                for label, key in turns]
     paired = section.get("paired", {})
-    return figures + [paired_figure(f"{label} accuracy: latest - v0, paired by task",
+    return figures + [paired_figure(f"{label} accuracy{PAIRED_BY}task",
                                     paired[key])
                       for label, key in turns if key in paired]
+
+
+# A paired figure's name is the metric's, then this, then its unit (seed or task):
+# results.runner.check finds a target's paired difference by it.
+PAIRED_BY = ": latest - v0, paired by "
 
 
 def paired_figure(name: str, diff: dict) -> Figure:

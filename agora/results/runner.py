@@ -25,6 +25,7 @@ from agora.evaluation.learner import learner_summary
 from agora.evaluation.switching import switching_report
 from agora.results.commands import Step, outputs, steps
 from agora.results.figures import (
+    PAIRED_BY,
     Estimate,
     Figure,
     compare_figures,
@@ -228,7 +229,7 @@ def check(target: Target, figures: list[Figure]) -> dict:
     # difference's interval says whether the change is beyond noise: the two intervals apart
     # ask for more than that (and where seeds repeat tasks they are intervals over tasks).
     paired = next((f for f in figures if target.other == "before"
-                   and f.name.startswith(f"{target.figure}: latest - v0, paired by ")), None)
+                   and f.name.startswith(f"{target.figure}{PAIRED_BY}")), None)
     if paired is not None and paired.after.lo is not None and paired.after.hi is not None:
         result["clear"] = (paired.after.lo > 0 if target.higher_is_better
                            else paired.after.hi < 0)
