@@ -146,23 +146,26 @@ def outcome_row(record: EpisodeRecord) -> dict[str, object]:
 
 def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord], agent: str
                    ) -> dict[str, dict[str, object]]:
-    """Per 0/1 metric of ``agent``, evaluated minus baseline over the seeds both played
+    """Per metric of ``agent`` (its 0/1 outcomes and its 0..1 means such as a negotiation's
+    utility; counts are left out), evaluated minus baseline over the seeds both played
     (episode i of both lists played the same seed and partner).
 
     The unit the difference varies over is the seed, unless seeds repeat tasks: 300 seeds of
     code debugging pose 23 held-out functions x 2 author strategies = 46 tasks, and a task's
     repeats are not independent draws (decoded greedily they are the same answer six times),
     so an interval over seeds would be far too narrow. Then the unit is the task: per task,
-    the evaluated rate minus the baseline's over its seeds, and the mean over tasks with an
-    interval over tasks (``paired_mean_difference``), beside each version's own rate over
-    tasks. Otherwise Newcombe's interval over seeds (``paired_difference``), whose spread
-    comes from the seeds where the two disagree."""
+    the evaluated mean minus the baseline's over its seeds, and the mean over tasks with an
+    interval over tasks (``paired_mean_difference``), beside each version's own mean over
+    tasks. Otherwise, by seed: Newcombe's interval for a 0/1 metric (``paired_difference``,
+    whose spread comes from the seeds where the two disagree), and for a mean the normal
+    interval of the per-seed differences, which drops what both versions share (a
+    negotiation pool that is worth little to either)."""
 
     def outcomes(records: list[EpisodeRecord]) -> dict[str, list[float | None]]:
         out: dict[str, list[float | None]] = {}
         for i, record in enumerate(records):
             for key, value in dict(record.info.get("metrics") or {}).get(agent, {}).items():
-                if key in BINARY_METRICS:
+                if key not in COUNT_METRICS:
                     out.setdefault(key, [None] * len(records))[i] = float(value)
         return out
 
@@ -172,22 +175,26 @@ def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord]
     for key in sorted(set(a) & set(b)):
         seeds = [i for i, (x, y) in enumerate(zip(a[key], b[key], strict=True))
                  if x is not None and y is not None]
+        mine = [float(a[key][i] or 0.0) for i in seeds]
+        theirs = [float(b[key][i] or 0.0) for i in seeds]
         seed_tasks = [tasks[i] for i in seeds]
         if seeds and None not in seed_tasks and len(set(seed_tasks)) < len(seeds):
-            paired[key] = paired_by_task([float(a[key][i] or 0.0) for i in seeds],
-                                         [float(b[key][i] or 0.0) for i in seeds],
-                                         [str(t) for t in seed_tasks])
-        else:
-            paired[key] = {**paired_difference([a[key][i] == 1.0 for i in seeds],
-                                               [b[key][i] == 1.0 for i in seeds]),
+            paired[key] = paired_by_task(mine, theirs, [str(t) for t in seed_tasks])
+        elif key in BINARY_METRICS:
+            paired[key] = {**paired_difference([x == 1.0 for x in mine],
+                                               [y == 1.0 for y in theirs]),
                            "unit": "seed", "seeds": len(seeds)}
+        else:
+            paired[key] = {**paired_mean_difference(mine, theirs), "unit": "seed",
+                           "seeds": len(seeds), "evaluated": mean_interval(mine, 0.0, 1.0),
+                           "baseline": mean_interval(theirs, 0.0, 1.0)}
     return paired
 
 
 def paired_by_task(evaluated: list[float], baseline: list[float],
                    tasks: list[str]) -> dict[str, object]:
-    """Per-seed 0/1 outcomes of both versions grouped by task: the mean over tasks of
-    (evaluated rate - baseline rate), and each version's rate as a mean over tasks."""
+    """Per-seed outcomes (0/1, or 0..1 means) of both versions grouped by task: the mean over
+    tasks of (evaluated mean - baseline mean), and each version's mean over tasks."""
     by_task: dict[str, tuple[list[float], list[float]]] = {}
     for x, y, task in zip(evaluated, baseline, tasks, strict=True):
         mine, theirs = by_task.setdefault(task, ([], []))
@@ -236,9 +243,24 @@ async def judge_preference(ctx: EvalContext, latest: list[EpisodeRecord],
     return {
         "comparisons": len(probs),
         "preference": rate(sum(probs), len(probs)),
+        **preference_over_tasks(probs, [task_of(record) for record in latest]),
         "wins": sum(p > 0.5 for p in probs), "ties": sum(p == 0.5 for p in probs),
         "losses": sum(p < 0.5 for p in probs),
         "position_bias": sum(bool(v["position_bias"]) for v in verdicts),
         "malformed": sum(not v["parsed_ok"] for v in verdicts),
         "rubric": verdicts[0]["rubric"] if verdicts else None,
     }
+
+
+def preference_over_tasks(probs: list[float], tasks: list[str | None]) -> dict[str, object]:
+    """Where the seeds repeat tasks (story: 8 premises x the co-writer's strategies), the
+    preference as a mean over tasks of each task's mean verdict, with an interval over tasks:
+    the Wilson interval over comparisons takes a premise's repeats for independent verdicts.
+    Empty where every seed poses its own task."""
+    if not probs or None in tasks or len(set(tasks)) == len(tasks):
+        return {}
+    by_task: dict[str, list[float]] = {}
+    for prob, task in zip(probs, tasks, strict=True):
+        by_task.setdefault(str(task), []).append(prob)
+    means = [sum(v) / len(v) for v in by_task.values()]
+    return {"preference_by_task": {**mean_interval(means, 0.0, 1.0), "seeds": len(probs)}}

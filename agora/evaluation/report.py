@@ -34,13 +34,19 @@ def points(value: dict) -> str:
 
 def paired_counts(diff: dict) -> list[str]:
     """A paired difference's units where each version did better, what it was paired over,
-    and (paired by task) each version's rate as a mean over tasks."""
+    and (paired by task, or a mean paired by seed) each version's mean over those units."""
+
+    def means() -> str:
+        return " / ".join(pct({"rate": diff[side]["mean"], "ci95": diff[side]["ci95"]})
+                          if diff[side]["ci95"] else f"{diff[side]['mean']:.1%}"
+                          for side in ("evaluated", "baseline"))
+
     if diff.get("unit") == "task":
-        rates = " / ".join(pct({"rate": diff[side]["mean"], "ci95": diff[side]["ci95"]})
-                           if diff[side]["ci95"] else f"{diff[side]['mean']:.1%}"
-                           for side in ("evaluated", "baseline"))
         return [f"{diff['better']} tasks", f"{diff['worse']} tasks",
-                f"{diff['n']} tasks ({diff['seeds']} seeds)", rates]
+                f"{diff['n']} tasks ({diff['seeds']} seeds)", means()]
+    if "better" in diff:  # a 0..1 mean (utility, a judge score) paired by seed
+        return [f"{diff['better']} seeds", f"{diff['worse']} seeds", f"{diff['n']} seeds",
+                means()]
     return [f"{diff['evaluated_only']} seeds", f"{diff['baseline_only']} seeds",
             f"{diff['n']} seeds", "-"]
 
@@ -144,9 +150,10 @@ def context_md(section: dict) -> list[str]:
                    for agent, metrics in section.get("paired", {}).items()
                    for metric, d in metrics.items()]
     if paired_rows:
-        out += ["### Evaluated minus baseline, paired (percentage points)", ""]
+        out += ["### Evaluated minus baseline, paired (points: a 0..1 metric x 100)", ""]
         out += table(["agent", "metric", "difference [95%]", "evaluated better",
-                      "baseline better", "paired over", "rates over tasks (evaluated / baseline)"],
+                      "baseline better", "paired over",
+                      "mean over the unit (evaluated / baseline)"],
                      paired_rows)
         tasks = {d["n"] for metrics in section["paired"].values() for d in metrics.values()
                  if d.get("unit") == "task"}
@@ -163,6 +170,12 @@ def context_md(section: dict) -> list[str]:
                           pref["a"], pref["b"], str(pref["comparisons"]), pct(pref["preference"]),
                           f"{pref['wins']} / {pref['ties']} / {pref['losses']}",
                           str(pref["position_bias"]), str(pref["malformed"])]])
+        if by_task := pref.get("preference_by_task"):
+            over_tasks = (pct({"rate": by_task["mean"], "ci95": by_task["ci95"]})
+                          if by_task["ci95"] else f"{by_task['mean']:.1%}")
+            out += [f"The {by_task['seeds']} comparisons pose {by_task['n']} distinct tasks: "
+                    f"over tasks the preference for a is {over_tasks} (the interval above "
+                    "counts comparisons and is too narrow).", ""]
     return out
 
 

@@ -179,8 +179,9 @@ def train_eval_figures(eval_json: Path) -> list[Figure]:
                     for key, diff in paired.items()]
     if "preference" in section:
         preference = section["preference"]
-        figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5),
-                              Estimate.of(preference["preference"])))
+        # Over tasks where the seeds repeat them (agora.evaluation.context_envs).
+        figures.append(Figure("judge preference (latest vs v0)", Estimate(0.5), Estimate.of(
+            preference.get("preference_by_task", preference["preference"]))))
         figures += judge_quality_figures(preference)
     return figures
 

@@ -557,9 +557,18 @@ def test_eval_code_debug_success_rate_through_the_reward_sandbox(tmp_path, vllm_
         assert [r["metrics"]["fixer"]["solved"] for r in rows] == [1.0, 0.0, 0.0, 0.0]
         assert rows[0]["task"] == f"{solved.problem_id}|"
     assert "| fixer | solved | +0.0 [" in md
+    # The share of tests passed, a mean, is paired by seed too: per-seed differences.
+    pass_rate = report["sections"]["episodes"]["paired"]["fixer"]["pass_rate"]
+    rates = {p: [r["metrics"]["fixer"]["pass_rate"] for r in outcomes[p]] for p in outcomes}
+    assert pass_rate["unit"] == "seed" and pass_rate["n"] == 4
+    assert pass_rate["difference"] == pytest.approx(
+        sum(rates["evaluated"]) / 4 - sum(rates["baseline"]) / 4)
+    assert pass_rate["better"] + pass_rate["worse"] <= 4
+    assert "| fixer | pass_rate |" in md
     figures = {f.name: f for f in train_eval_figures(run_dir / "eval" / "eval.json")}
     solved_figure = figures["solved"]
     gain = figures["solved: latest - v0, paired by seed"]
+    assert "pass_rate: latest - v0, paired by seed" in figures
     assert (gain.before.value, gain.after.value, gain.after.n) == (0.0, 0.0, 4)
     assert gain.after.lo < 0.0 < gain.after.hi
     assert solved_figure.before.value == solved_figure.after.value == pytest.approx(0.25)

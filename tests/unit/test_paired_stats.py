@@ -12,10 +12,15 @@ import random
 
 import pytest
 
-from agora.evaluation.context_envs import paired_by_task, paired_metrics, task_of
+from agora.evaluation.context_envs import (
+    paired_by_task,
+    paired_metrics,
+    preference_over_tasks,
+    task_of,
+)
 from agora.evaluation.discussion import Answer, paired_rounds, task_accuracy
 from agora.evaluation.report import context_md, discussion_md
-from agora.evaluation.stats import paired_difference, paired_mean_difference, wilson
+from agora.evaluation.stats import paired_difference, paired_mean_difference, rate, wilson
 from agora.rollout.records import EpisodeRecord
 
 CELLS = [(True, True), (True, False), (False, True), (False, False)]
@@ -97,11 +102,43 @@ def test_paired_metrics_pair_episodes_by_seed_and_skip_seeds_one_side_lacks():
     evaluated = [record(i, s) for i, s in enumerate([1.0, 1.0, 0.0, 1.0, None])]
     baseline = [record(i, s) for i, s in enumerate([1.0, 0.0, 0.0, 0.0, 1.0])]
     paired = paired_metrics(evaluated, baseline, "fixer")
-    assert set(paired) == {"solved"}  # pass_rate is a mean, not a 0/1 outcome
     solved = paired["solved"]
     assert (solved["n"], solved["both"], solved["evaluated_only"], solved["baseline_only"],
             solved["neither"]) == (4, 1, 2, 0, 1)
     assert solved["difference"] == pytest.approx(0.5)
+    # pass_rate is a mean, played by all five seeds alike: paired, no difference.
+    assert paired["pass_rate"]["difference"] == 0.0 and paired["pass_rate"]["n"] == 5
+
+
+def negotiated(seed: int, utility: float, deal: float, calls: int = 0) -> EpisodeRecord:
+    return EpisodeRecord(run_id="r", episode_id=f"e{seed}", env="negotiation", seed=seed,
+                         seats=["agent", "bot:context:partner/fair"], info={
+                             "pool": {"book": 2}, "metrics": {"agent": {
+                                 "utility": utility, "deal_rate": deal, "tool_calls": calls}}})
+
+
+def test_a_mean_metric_is_paired_by_seed_and_the_pool_it_shares_drops_out():
+    # Pools worth a lot or little to both versions (0.2 .. 0.9): per seed the evaluated policy
+    # gets 0.05 more. Unpaired, the two means' intervals overlap; paired, the difference is
+    # exactly +0.05 with no spread, every seed better.
+    worth = [0.2 + 0.7 * (i % 8) / 7 for i in range(40)]
+    evaluated = [negotiated(i, w + 0.05, 1.0, 3) for i, w in enumerate(worth)]
+    baseline = [negotiated(i, w, 1.0, 1) for i, w in enumerate(worth)]
+    paired = paired_metrics(evaluated, baseline, "agent")
+    assert "tool_calls" not in paired  # a count has no 0..1 scale to take points of
+    utility = paired["utility"]
+    assert (utility["unit"], utility["n"], utility["better"], utility["worse"]) == (
+        "seed", 40, 40, 0)
+    assert utility["difference"] == pytest.approx(0.05)
+    assert utility["ci95"][0] == pytest.approx(0.05) and utility["ci95"][1] == pytest.approx(0.05)
+    assert utility["evaluated"]["ci95"][0] < utility["baseline"]["ci95"][1]  # unpaired: overlap
+    assert paired["deal_rate"]["evaluated_only"] == 0  # a 0/1 metric stays Newcombe's
+    text = "\n".join(context_md({"episodes": 40, "policies": {
+        side: {"labels": {"agent": "agent@v0"}, "agents": {"agent": {}}}
+        for side in ("evaluated", "baseline")}, "paired": {"agent": {"utility": utility}}}))
+    row = next(line for line in text.splitlines() if line.startswith("| agent | utility |"))
+    assert "| +5.0 [+5.0, +5.0] | 40 seeds | 0 seeds | 40 seeds |" in row
+    assert row.count("%") == 6  # both versions' means with their intervals
 
 
 def coded(seed: int, problem: str, solved: float) -> EpisodeRecord:
@@ -163,7 +200,7 @@ def test_eval_markdown_shows_the_paired_tables():
                                         "evaluated_only": 20, "baseline_only": 8,
                                         "both": 100, "neither": 172}}}}
     text = "\n".join(context_md(context))
-    assert "paired (percentage points)" in text
+    assert "paired (points: a 0..1 metric x 100)" in text
     assert "| fixer | solved | +4.0 [+0.9, +7.1] | 20 seeds | 8 seeds | 300 seeds | - |" in text
     by_task = paired_by_task([1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], ["a", "a", "b", "b"])
     context["paired"]["fixer"]["solved"] = by_task
@@ -180,3 +217,25 @@ def test_eval_markdown_shows_the_paired_tables():
     text = "\n".join(discussion_md(discussion))
     assert "| turn 1 | +0.0 [-10.0, +10.0] | 0 / 0 / 2 |" in text
     assert "| last turn | +50.0 | 2 / 0 / 0 |" in text
+
+
+def test_judge_preference_over_repeated_premises_is_read_over_tasks():
+    # 8 comparisons over 2 premises: the first always won by a, the second always tied.
+    probs = [1.0, 0.5] * 4
+    tasks = ["p0|fair", "p1|fair"] * 4
+    by_task = preference_over_tasks(probs, tasks)["preference_by_task"]
+    assert (by_task["mean"], by_task["n"], by_task["seeds"]) == (0.75, 2, 8)
+    over_comparisons = wilson(6, 8)
+    assert by_task["ci95"][1] - by_task["ci95"][0] > over_comparisons[1] - over_comparisons[0]
+    # Each comparison its own task, or one whose task is unknown: nothing to regroup.
+    assert preference_over_tasks(probs, [f"q{i}" for i in range(8)]) == {}
+    assert preference_over_tasks(probs, [None, *tasks[1:]]) == {}
+    pref = {"a": "writer@v3", "b": "writer@v0", "comparisons": 8,
+            "preference": rate(6, 8), "wins": 4, "ties": 4, "losses": 0, "position_bias": 0,
+            "malformed": 0, "preference_by_task": by_task}
+    section = {"episodes": 8, "preference": pref, "policies": {
+        side: {"labels": {"writer": "writer@v0"}, "agents": {"writer": {}}}
+        for side in ("evaluated", "baseline")}}
+    text = "\n".join(context_md(section))
+    assert "The 8 comparisons pose 2 distinct tasks: over tasks the preference for a is 75.0%" \
+        in text

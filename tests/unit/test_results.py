@@ -591,3 +591,13 @@ def test_episode_metrics_paired_by_task_are_read_over_tasks(tmp_path):
     assert solved.after.value == pytest.approx(evaluated["mean"])
     assert change(solved) == "within noise"
     assert change(figures["solved: latest - v0, paired by task"]) == "within noise"
+    # A judge's preference over repeated premises is read over them too.
+    section["preference"] = {"comparisons": 300, "preference": rate(195, 300), "wins": 150,
+                             "ties": 90, "losses": 60, "position_bias": 0, "malformed": 0,
+                             "preference_by_task": {**mean_interval([0.9, 0.4, 0.6, 0.7]),
+                                                    "seeds": 300}}
+    path.write_text(json.dumps({"sections": {"episodes": section}}))
+    judged = {f.name: f for f in train_eval_figures(path)}["judge preference (latest vs v0)"]
+    assert (judged.after.value, judged.after.n) == (pytest.approx(0.65), 4)
+    # Over the 4 tasks its interval takes in 0.5; over 300 comparisons it would lie above it.
+    assert judged.after.lo < 0.5 < rate(195, 300)["ci95"][0]
