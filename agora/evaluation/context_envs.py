@@ -37,6 +37,7 @@ from agora.config.agents import CONTEXT_PREFIX
 from agora.config.run import RunConfig
 from agora.envs.registry import ENV_METRICS, REGISTRY
 from agora.evaluation.context import EvalContext
+from agora.evaluation.definitions import BINARY_METRICS, COUNT_METRICS
 from agora.evaluation.seeds import held_out_seed
 from agora.evaluation.stats import (
     mean_interval,
@@ -50,10 +51,6 @@ from agora.rollout.records import EpisodeRecord
 from agora.rollout.runner import BotPlayer, Player
 from agora.rollout.scoring import JudgeUnavailable, post_json, score_episode
 from agora.rollout.seating import ContextSeat, build_env
-
-BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
-# Per-episode counts; every other env metric is within 0..1.
-COUNT_METRICS = {"tool_calls", "searches"}
 
 
 def partner_strategies(cfg: RunConfig) -> dict[str, list[str]]:

@@ -6,6 +6,11 @@ One place for the words, so the markdown, the docs and the code that computes th
 
 from __future__ import annotations
 
+# The episode metrics that are 0/1 outcomes (rates), and those that are per-episode counts;
+# every other env metric is a mean within 0..1.
+BINARY_METRICS = {"deal_rate", "solved", "bug_fixed", "task_success", "success"}
+COUNT_METRICS = {"tool_calls", "searches"}
+
 INTERVALS = (
     "**Intervals.** Every `[lo, hi]` is a 95% interval: for a rate, the Wilson score interval "
     "(z = 1.96) over the stated number of trials; for a mean (a score, a reward), mean +- 1.96 "

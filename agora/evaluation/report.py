@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agora.evaluation.definitions import DEFINITIONS, INTERVALS
+from agora.evaluation.definitions import BINARY_METRICS, DEFINITIONS, INTERVALS
 
 
 def pct(value: object) -> str:
@@ -32,14 +32,15 @@ def points(value: dict) -> str:
     return text
 
 
-def paired_counts(diff: dict) -> list[str]:
+def paired_counts(diff: dict, rates: bool = True) -> list[str]:
     """A paired difference's units where each version did better, what it was paired over,
-    and (paired by task, or a mean paired by seed) each version's mean over those units."""
+    and (paired by task, or a mean paired by seed) each version's mean over those units:
+    as rates (``rates``: a 0/1 metric) or as means like the episodes table's."""
 
     def means() -> str:
-        return " / ".join(pct({"rate": diff[side]["mean"], "ci95": diff[side]["ci95"]})
-                          if diff[side]["ci95"] else f"{diff[side]['mean']:.1%}"
-                          for side in ("evaluated", "baseline"))
+        return " / ".join((pct({"rate": diff[side]["mean"], "ci95": diff[side]["ci95"]})
+                           if diff[side]["ci95"] else f"{diff[side]['mean']:.1%}")
+                          if rates else mean(diff[side]) for side in ("evaluated", "baseline"))
 
     if diff.get("unit") == "task":
         return [f"{diff['better']} tasks", f"{diff['worse']} tasks",
@@ -146,7 +147,7 @@ def context_md(section: dict) -> list[str]:
                                  *(mean(metrics.get(k)) if k != "legal_rate"
                                    else pct(metrics.get(k)) for k in keys)])
         out += table(["partner", "policy", "agent", *keys], sorted(rows, key=lambda r: r[0]))
-    paired_rows = [[agent, metric, points(d), *paired_counts(d)]
+    paired_rows = [[agent, metric, points(d), *paired_counts(d, metric in BINARY_METRICS)]
                    for agent, metrics in section.get("paired", {}).items()
                    for metric, d in metrics.items()]
     if paired_rows:
