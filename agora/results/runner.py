@@ -274,6 +274,11 @@ def run_plan(experiments: list[Experiment], out: Path, rerun: bool,
                 log(f"{exp.name}: done before ({outcome_path(out, exp)}); --rerun to run it "
                     "again")
             outcomes.append(kept)
+        elif picked and reread:
+            # --reread never runs anything: an entry whose commands changed (its budget, its
+            # --games) would otherwise start a fresh run, which clears the run's folder.
+            log(f"{exp.name}: not done with these commands (never run, failed, or its plan "
+                "entry changed since); --reread runs nothing, run it without --reread")
         elif picked:
             outcomes.append(run_experiment(exp, out, log, reuse=not rerun,
                                            probe_machine=probe_machine))

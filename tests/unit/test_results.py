@@ -497,6 +497,16 @@ def test_the_table_keeps_every_experiment_done_before_whatever_only_chose(tmp_pa
     assert ran == [f"b: done before ({out / 'b.json'}); --rerun to run it again"]
     changed = load_plan(write_plan(tmp_path, experiment(name="a", updates=2))).experiments[0]
     assert kept_outcome(changed, out) is None  # a budget change means a new experiment
+    # --reread runs nothing, not even a chosen entry whose commands changed: a fresh run would
+    # clear the folder of the run it was asked to read (c has no outcome: it must not start).
+    ran.clear()
+    outcomes = run_plan([a, changed.model_copy(update={"name": "b"}), c], out, rerun=False,
+                        log=ran.append, chosen={"b", "c"}, reread=True, probe_machine=False)
+    assert [o["name"] for o in outcomes] == ["a"]
+    assert ran == ["a: done before; reading its figures again", *(
+        f"{name}: not done with these commands (never run, failed, or its plan entry "
+                   "changed since); --reread runs nothing, run it without --reread"
+                   for name in ("b", "c"))]
 
 
 def test_an_experiment_done_with_the_folder_spelt_otherwise_is_the_same(tmp_path, monkeypatch):
