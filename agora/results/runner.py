@@ -13,7 +13,6 @@ stopped after its warm start goes on from the PPO run.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from agora.results.figures import (
 )
 from agora.results.machine_speed import probe
 from agora.results.plan import Experiment, Target
+from agora.stack.procs import Service
 
 FIGURES: dict[str, Callable[[Path], list[Figure]]] = {
     "demo": demo_figures, "compare": compare_figures, "train_eval": train_eval_figures,
@@ -70,7 +70,9 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
     if probe_machine:
         outcome["machine"] = machine_before(exp, log)
     started = time.monotonic()
-    with log_path.open("w") as handle:
+    log_path.write_text("")
+    # Appending: each step's own output is appended to the same file by its process.
+    with log_path.open("a") as handle:
         for step in plan:
             if reuse and made_before(step, runs):
                 log(f"{exp.name}: {step.label}: made before by the same command, kept: "
@@ -82,8 +84,7 @@ def run_experiment(exp: Experiment, out: Path, log: Callable[[str], None] = prin
             handle.flush()
             if step.product is not None:  # a half-made product must not pass as made
                 (step.product / STEP_RECORD).unlink(missing_ok=True)
-            code = subprocess.run([sys.executable, "-m", "agora.cli", *step.args],
-                                  stdout=handle, stderr=subprocess.STDOUT).returncode
+            code = run_step(step, log_path, exp.name)
             if code != 0:
                 outcome.update(status="failed", error=f"'{step.label}' exited {code}")
                 break
@@ -144,6 +145,20 @@ def kept_outcome(exp: Experiment, out: Path) -> dict | None:
     same = plain_commands(list(kept.get("commands") or []), runs) == plain_commands(
         [s.shell() for s in steps(exp, runs)], runs)
     return kept if kept.get("status") == "done" and same else None
+
+
+def run_step(step: Step, log_path: Path, name: str) -> int:
+    """Run one step's `agora` command, its output appended to ``log_path``, tethered to this
+    process (agora.stack.procs.Service): if `agora results` is killed, even by SIGKILL, the
+    step (an `agora up` and the stack under it) goes with it rather than running on and
+    clearing or rewriting a run folder nobody is watching."""
+    service = Service(f"{name}: {step.label}", [sys.executable, "-m", "agora.cli", *step.args],
+                      log_path).start()
+    assert service.process is not None
+    try:
+        return service.process.wait()
+    finally:
+        service.stop()
 
 
 def plain_commands(commands: list[str], runs: Path) -> list[str]:

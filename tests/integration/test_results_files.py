@@ -75,3 +75,15 @@ def test_a_rerun_keeps_a_warm_start_made_by_the_same_command(tmp_path, monkeypat
     planned[0] = Step("warm start", ["config", "reference", "--bad"], product=adapter)
     run_experiment(exp, out, lines.append, probe_machine=False)
     assert not (adapter / STEP_RECORD).exists()
+
+
+def test_a_step_appends_its_output_to_the_log_and_returns_its_exit_code(tmp_path):
+    """Steps run tethered to `agora results` (a killed plan takes its step with it); their
+    output lands after the runner's own `$ command` line, and their exit code is returned."""
+    log = tmp_path / "x.log"
+    log.write_text("$ agora --help\n")
+    assert runner.run_step(Step("help", ["--help"]), log, "x") == 0
+    text = log.read_text()
+    assert text.startswith("$ agora --help\n") and "results" in text
+    assert runner.run_step(Step("bad", ["no-such-command"]), log, "x") == 2
+    assert "No such command" in log.read_text()
