@@ -22,6 +22,13 @@ def pct(value: object) -> str:
     return f"{float(value):.1%}"
 
 
+def mean_pct(value: dict) -> str:
+    """A mean of 0/1 outcomes ``{mean, n, ci95}`` (a rate over tasks) written as a rate."""
+    if value["ci95"] is None:
+        return f"{value['mean']:.1%}"
+    return pct({"rate": value["mean"], "ci95": value["ci95"]})
+
+
 def points(value: dict) -> str:
     """A paired difference ``{difference, ci95}`` of rates, in percentage points:
     ``+4.0 [+0.9, +7.1]``."""
@@ -38,9 +45,8 @@ def paired_counts(diff: dict, rates: bool = True) -> list[str]:
     as rates (``rates``: a 0/1 metric) or as means like the episodes table's."""
 
     def means() -> str:
-        return " / ".join((pct({"rate": diff[side]["mean"], "ci95": diff[side]["ci95"]})
-                           if diff[side]["ci95"] else f"{diff[side]['mean']:.1%}")
-                          if rates else mean(diff[side]) for side in ("evaluated", "baseline"))
+        show = mean_pct if rates else mean
+        return " / ".join(show(diff[side]) for side in ("evaluated", "baseline"))
 
     if diff.get("unit") == "task":
         return [f"{diff['better']} tasks", f"{diff['worse']} tasks",
@@ -172,10 +178,8 @@ def context_md(section: dict) -> list[str]:
                           f"{pref['wins']} / {pref['ties']} / {pref['losses']}",
                           str(pref["position_bias"]), str(pref["malformed"])]])
         if by_task := pref.get("preference_by_task"):
-            over_tasks = (pct({"rate": by_task["mean"], "ci95": by_task["ci95"]})
-                          if by_task["ci95"] else f"{by_task['mean']:.1%}")
             out += [f"The {by_task['seeds']} comparisons pose {by_task['n']} distinct tasks: "
-                    f"over tasks the preference for a is {over_tasks} (the interval above "
+                    f"over tasks the preference for a is {mean_pct(by_task)} (the interval above "
                     "counts comparisons and is too narrow).", ""]
     return out
 
