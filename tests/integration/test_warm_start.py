@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from agora.algos.ppo import PPOLearner
 from agora.cli.main import app
+from agora.envs.negotiation import Negotiation, find_proposal, parse_allocation
 from agora.envs.registry import BUILTIN, make_bot
 from agora.envs.tictactoe import TicTacToe
 from agora.reflection.config import TrainStageConfig
@@ -128,6 +129,33 @@ def test_context_seats_play_their_schedule_in_demonstrations():
     assert all(e["prompt"][-1]["content"].rstrip().endswith("alice:") for e in examples)
     alone = demonstrations(cfg, "alice", episodes=12, seed=5, opponents=False)
     assert len(alone) == 12 and all("PROPOSE:" in e["completion"][0]["content"] for e in alone)
+
+
+def test_a_negotiator_can_be_warm_started_on_the_conceder_instead():
+    """warm_start.demonstrator: conceder: alice's opening asks for 0.9 of what the pool is worth
+    to her (the fair negotiator's asks for an even split), and the SFT examples are the
+    conceder's turns, against the partner schedule as before."""
+    cfg = tiny_config(agents=[{"name": "alice", "base": "tiny", "lora_rank": 8,
+                               "lora_alpha": 16, "warm_start": {"demonstrator": "conceder"}}],
+                      context_agents={"partner": {"cycle": ["fair", "greedy", "conceder"],
+                                                  "every": 1}},
+                      environment={"name": "negotiation", "seats": ["alice", "context:partner"],
+                                   "opponents": {"self": 1.0}},
+                      reward={"verifier": "deal"})
+    examples = demonstrations(cfg, "alice", episodes=9, seed=5, only="conceder")
+    openings = [e for e in examples if e["prompt"][-1]["content"].split()[-1] == "alice:"
+                and "PROPOSE" not in e["prompt"][-1]["content"]]
+    assert len(openings) == 9
+    env = Negotiation(2, 4)
+    for index, example in enumerate(openings):
+        env.reset(5 + index)
+        text = example["completion"][0]["content"]
+        assert text.startswith("I can give a little more this time.")
+        offer = parse_allocation(find_proposal(text), env.agents, env.pool)
+        assert env.utility(0, offer) >= 0.9 - 1e-9
+    fair = demonstrations(cfg, "alice", episodes=9, seed=5)  # the default: the first, fair
+    assert all("evenly" in e["completion"][0]["content"] or "ACCEPT" in
+               e["completion"][0]["content"] for e in fair)
 
 
 def test_a_named_demonstrator_plays_every_demonstrator_seat():
