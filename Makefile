@@ -58,6 +58,7 @@ bench: setup
 	$(PY) bench/shared_base.py
 	$(PY) bench/gateway_load.py
 	$(PY) bench/trl_ppo.py
+	$(PY) bench/negotiation_demonstrators.py
 
 # On a machine with a CUDA GPU: the gpu tests, then issue 14's GPU figures (135M and 0.5B
 # shapes, Tic-Tac-Toe and ~270-token turns, ours vs TRL; learners on one base and the

@@ -62,3 +62,16 @@ def test_shared_base_bench_holds_one_copy_of_the_base(tmp_path):
     weights_ratio = float(shared.split("|")[3].strip().rstrip("x"))
     assert 0.2 < weights_ratio < 0.5, shared
     assert "| fwd+bwd, one mixed-adapter batch |" in section
+
+
+def test_negotiation_demonstrators_bench_scores_every_negotiator_against_every_partner(tmp_path):
+    """bench/negotiation_demonstrators.py: no model; a row per negotiator, the fair one the
+    baseline (1.00x), and the conceder above it on the same pools (the reason for its
+    warm start, configs/results.yaml negotiation-warm-conceder)."""
+    section = run_bench(tmp_path, ["bench/negotiation_demonstrators.py", "--pools", "40"],
+                        timeout=300)
+    for row in ("| fair |", "| conceder |", "| greedy |"):
+        assert row in section
+    ratios = section.rsplit("same pools): ", 1)[1].split(", ")
+    assert ratios[0] == "fair 1.00x"
+    assert float(ratios[1].removeprefix("conceder ").removesuffix("x")) > 1.2
