@@ -388,8 +388,8 @@ SPEC = EnvSpec(
     "negotiation", seats=(2, 3), build=build, options=NegotiationOptions, context_seats=True,
     # fair first (the default warm start); conceder on request (warm_start.demonstrator): it
     # asks for 0.9 of its best and concedes 0.15 a round, which scripted against the three
-    # partner strategies earns ~0.55 utility where the fair split earns ~0.36
-    # (docs/recipes/context-agents.md "Which demonstrator").
+    # partner strategies earns 0.55 utility where the fair split earns 0.38
+    # (bench/negotiation_demonstrators.py; docs/recipes/context-agents.md "Which demonstrator").
     demonstrators=("fair", "conceder"),
     verifiers=("deal",), scorer="agora.rollout.scoring:score_negotiation",
     evaluation="episodes", judged=True, metrics={
