@@ -587,6 +587,33 @@ def eval_(
                   + (", training_curves.png" if report["training_curves"].get("path") else ""))
 
 
+@app.command("eval-diff")
+def eval_diff_(
+    a: Path = typer.Argument(..., help="A: an eval.json, its folder, or a run folder"),
+    b: Path = typer.Argument(..., help="B: the same, evaluated on the same seeds"),
+    agent: str = typer.Option(None, help="whose metrics (default: the one agent both scored)"),
+    a_policy: str = typer.Option("evaluated", help="A's policy: evaluated (its latest) or "
+                                                   "baseline (its v0)"),
+    b_policy: str = typer.Option("evaluated", help="B's policy: evaluated or baseline"),
+) -> None:
+    """A minus B, paired by held-out seed: two runs' episode evaluations (two recipes, each
+    evaluated by `agora eval` on the same seeds), per metric with a 95% interval, as eval.md
+    pairs a run's latest version with its v0 (logic: agora/evaluation/diff.py)."""
+    from agora.evaluation.diff import EvalDiffError, eval_diff, eval_diff_markdown
+
+    for flag, value in (("--a-policy", a_policy), ("--b-policy", b_policy)):
+        if value not in ("evaluated", "baseline"):
+            console.print(f"[bold red]eval-diff error[/]: {flag}: '{escape(value)}' is not "
+                          "evaluated or baseline")
+            raise typer.Exit(2)
+    try:
+        diff = eval_diff(a, b, agent, a_policy, b_policy)  # type: ignore[arg-type]
+    except EvalDiffError as err:
+        console.print(f"[bold red]eval-diff error[/]: {escape(str(err))}")
+        raise typer.Exit(2) from None
+    console.print(eval_diff_markdown(diff), markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command("support-eval")
 def support_eval(
     config: Path = typer.Argument(..., help="a support run config (environment.name: support)"),

@@ -143,9 +143,18 @@ def outcome_row(record: EpisodeRecord) -> dict[str, object]:
 
 def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord], agent: str
                    ) -> dict[str, dict[str, object]]:
+    """Per metric of ``agent``, evaluated minus baseline over the seeds both played (episode i
+    of both lists played the same seed and partner): ``paired_outcomes`` of their rows."""
+    return paired_outcomes([outcome_row(r) for r in evaluated],
+                           [outcome_row(r) for r in baseline], agent)
+
+
+def paired_outcomes(evaluated: list[dict], baseline: list[dict], agent: str
+                    ) -> dict[str, dict[str, object]]:
     """Per metric of ``agent`` (its 0/1 outcomes and its 0..1 means such as a negotiation's
     utility; counts are left out), evaluated minus baseline over the seeds both played
-    (episode i of both lists played the same seed and partner).
+    (row i of both lists, as eval.json's ``outcomes`` keep them, played the same seed and
+    partner; ``agora eval-diff`` pairs two runs' rows).
 
     The unit the difference varies over is the seed, unless seeds repeat tasks: 300 seeds of
     code debugging pose 23 held-out functions x 2 author strategies = 46 tasks, and a task's
@@ -158,16 +167,16 @@ def paired_metrics(evaluated: list[EpisodeRecord], baseline: list[EpisodeRecord]
     interval of the per-seed differences, which drops what both versions share (a
     negotiation pool that is worth little to either)."""
 
-    def outcomes(records: list[EpisodeRecord]) -> dict[str, list[float | None]]:
+    def outcomes(rows: list[dict]) -> dict[str, list[float | None]]:
         out: dict[str, list[float | None]] = {}
-        for i, record in enumerate(records):
-            for key, value in dict(record.info.get("metrics") or {}).get(agent, {}).items():
+        for i, row in enumerate(rows):
+            for key, value in dict(row.get("metrics") or {}).get(agent, {}).items():
                 if key not in COUNT_METRICS:
-                    out.setdefault(key, [None] * len(records))[i] = float(value)
+                    out.setdefault(key, [None] * len(rows))[i] = float(value)
         return out
 
     a, b = outcomes(evaluated), outcomes(baseline)
-    tasks = [task_of(record) for record in evaluated]
+    tasks = [row.get("task") for row in evaluated]
     paired: dict[str, dict[str, object]] = {}
     for key in sorted(set(a) & set(b)):
         seeds = [i for i, (x, y) in enumerate(zip(a[key], b[key], strict=True))
